@@ -1,0 +1,23 @@
+"""Server-sent events framing for Responses stream events (responses-protocol.md §1).
+
+``event:`` equal to the JSON ``type``, one single-line ``data:`` line, a blank line; LF only; no ``id:``
+lines (openai-python keeps ``last_event_id`` and a stray blank line then dispatches an empty event).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+__all__ = ["encode_event"]
+
+_EVENT_PREFIX: dict[str, bytes] = {}
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    type_ = event["type"]
+    prefix = _EVENT_PREFIX.get(type_)
+    if prefix is None:
+        prefix = _EVENT_PREFIX[type_] = b"event: " + type_.encode() + b"\ndata: "
+    return prefix + orjson.dumps(event) + b"\n\n"

@@ -1,0 +1,42 @@
+"""Incremental token → UTF-8 text, one token at a time.
+
+A token may end in the middle of a multi-byte character (CJK, emoji): its bytes are held until the
+character completes, and invalid sequences become U+FFFD instead of raising, as openai-harmony does
+since its PR #83. The common case (no bytes held, a token that is valid UTF-8 on its own) is a table
+lookup, so decoding costs O(1) per token whatever the length of the message.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from ..vocab import Vocabulary
+
+__all__ = ["TokenDecoder"]
+
+
+class TokenDecoder:
+    __slots__ = ("_bytes", "_decoder", "_held", "_text")
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self._text = vocab.token_text
+        self._bytes = vocab.token_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = False
+
+    def decode(self, token: int) -> str:
+        """The text this token completes ("" while a character is still incomplete)."""
+        if not self._held:
+            text = self._text[token]
+            if text is not None:
+                return text
+        text = self._decoder.decode(self._bytes[token])
+        self._held = self._decoder.getstate()[0] != b""
+        return text
+
+    def flush(self) -> str:
+        """End of the message: what is still held becomes U+FFFD; the decoder is ready for reuse."""
+        if not self._held:
+            return ""
+        self._held = False
+        return self._decoder.decode(b"", final=True)

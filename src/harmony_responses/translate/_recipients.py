@@ -1,0 +1,140 @@
+"""Which output item a message becomes, decided from the tools the request declared.
+
+Harmony puts the tool a message is addressed to in its header (``to=functions.get_weather``,
+``to=python``, ``to=browser.search``, ``to=<mcp server label>.<tool>``). Guessing the item type from
+prefixes alone is how other servers streamed ``python`` as ``mcp_call`` (pitfalls.md #23); we resolve a
+recipient against the request's ``tools`` instead, and anything that names no declared tool is surfaced as
+a ``function_call`` named as the model wrote it, so the client sees it rather than the stream crashing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ItemKind", "RecipientMap", "Target"]
+
+WEB_SEARCH_TOOL_TYPES = frozenset(
+    {
+        "web_search",
+        "web_search_2025_08_26",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "browser_search",
+    }
+)
+BROWSER_ACTIONS = frozenset({"search", "open", "find"})
+# Harmony recipients that mean "back to the assistant", not a tool (tool-result headers say to=assistant).
+NOT_A_TOOL = frozenset({"", "assistant", "all", "user"})
+
+
+class ItemKind(enum.Enum):
+    REASONING = "reasoning"
+    MESSAGE = "message"
+    FUNCTION_CALL = "function_call"
+    CODE_INTERPRETER = "code_interpreter_call"
+    WEB_SEARCH = "web_search_call"
+    MCP_CALL = "mcp_call"
+
+    @property
+    def is_builtin_tool(self) -> bool:
+        return self in (ItemKind.CODE_INTERPRETER, ItemKind.WEB_SEARCH, ItemKind.MCP_CALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a recipient resolves to. ``namespace`` is a function's namespace or an MCP server label."""
+
+    kind: ItemKind
+    name: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientMap:
+    functions: frozenset[str] = frozenset()
+    namespaces: Mapping[str, frozenset[str]] | None = None
+    mcp_servers: frozenset[str] = frozenset()
+    code_interpreter: bool = False
+    web_search: bool = False
+    container_id: str | None = None
+
+    @classmethod
+    def from_tools(cls, tools: Iterable[Mapping[str, Any]] | None) -> RecipientMap:
+        """Build the map from a Responses request's ``tools`` array (unknown types are ignored here)."""
+        functions: set[str] = set()
+        namespaces: dict[str, frozenset[str]] = {}
+        mcp: set[str] = set()
+        code_interpreter = web_search = False
+        container_id: str | None = None
+        for tool in tools or ():
+            kind = tool.get("type")
+            if kind == "function" and isinstance(tool.get("name"), str):
+                functions.add(tool["name"])
+            elif kind == "namespace" and isinstance(tool.get("name"), str):
+                names = {t["name"] for t in tool.get("tools") or () if isinstance(t, Mapping) and "name" in t}
+                namespaces[tool["name"]] = frozenset(names)
+            elif kind == "mcp" and isinstance(tool.get("server_label"), str):
+                mcp.add(tool["server_label"])
+            elif kind == "code_interpreter":
+                code_interpreter = True
+                container = tool.get("container")
+                if isinstance(container, str):
+                    container_id = container
+            elif kind in WEB_SEARCH_TOOL_TYPES:
+                web_search = True
+        return cls(
+            functions=frozenset(functions),
+            namespaces=namespaces,
+            mcp_servers=frozenset(mcp),
+            code_interpreter=code_interpreter,
+            web_search=web_search,
+            container_id=container_id,
+        )
+
+    def is_tool_name(self, word: str) -> bool:
+        """True when a bare header word (no ``to=``) names a declared tool: then it is a recipient."""
+        if word.startswith("functions."):
+            return True
+        if word == "python":
+            return self.code_interpreter
+        head, dot, tail = word.partition(".")
+        if not dot:
+            return False
+        if head == "browser":
+            return self.web_search and tail in BROWSER_ACTIONS
+        return head in (self.namespaces or {}) or head in self.mcp_servers
+
+    def resolve(self, recipient: str) -> Target:
+        if recipient.startswith("functions."):
+            name = recipient[len("functions.") :]
+            if name in self.functions:
+                return Target(ItemKind.FUNCTION_CALL, name)
+            # The model sometimes puts built-ins under functions.* (harmony.md §7.2).
+            builtin = self._declared(name)
+            if builtin is not None:
+                return builtin
+            head, dot, tail = name.partition(".")
+            if dot and head in (self.namespaces or {}):
+                return Target(ItemKind.FUNCTION_CALL, tail, head)
+            return Target(ItemKind.FUNCTION_CALL, name)
+        builtin = self._declared(recipient)
+        if builtin is not None:
+            return builtin
+        return Target(ItemKind.FUNCTION_CALL, recipient)
+
+    def _declared(self, recipient: str) -> Target | None:
+        if recipient == "python" and self.code_interpreter:
+            return Target(ItemKind.CODE_INTERPRETER, "python")
+        head, dot, tail = recipient.partition(".")
+        if not dot or not tail:
+            return None
+        if head == "browser" and self.web_search and tail in BROWSER_ACTIONS:
+            return Target(ItemKind.WEB_SEARCH, tail, "browser")
+        if head in (self.namespaces or {}):
+            return Target(ItemKind.FUNCTION_CALL, tail, head)
+        if head in self.mcp_servers:
+            return Target(ItemKind.MCP_CALL, tail, head)
+        return None

@@ -1,0 +1,820 @@
+"""The Translator: generated Harmony token ids in, Responses stream events out.
+
+Sans-I/O in the manner of h11's ``Connection``: ``receive_tokens`` and ``receive_end`` only buffer,
+``next_event`` returns the next event (or a sentinel saying what it waits for), ``events`` drains
+everything buffered into a list. No I/O, no clock and no random ids inside: the caller injects both.
+
+Every token is processed on its own (pitfalls.md #1-#4: text lost or misrouted when an engine chunk holds
+several tokens), so the events for a token stream are the same whatever the chunking. Each token costs
+O(1): text is kept as a list of deltas joined once when the item closes, and nothing is re-scanned.
+
+The translator owns ``sequence_number`` (0, 1, 2, … over every event), ``output_index`` (assigned once at
+``output_item.added``), ``content_index`` (per item, from 0), item ids (created at ``added``, reused in
+``done`` and in the final response) and the final Response, built from the streamed items themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..tokens import FinishReason, TokenLogprob
+from ..vocab import FIRST_SPECIAL, Vocabulary
+from ._decode import TokenDecoder
+from ._errors import LocalProtocolError, RemoteProtocolError
+from ._header import CHANNEL, normalise_channel, parse_header
+from ._recipients import ItemKind, RecipientMap, Target
+from ._response import response_skeleton, usage_object
+from ._state import TRANSITIONS, Action, State, classify
+
+__all__ = ["AWAIT_TOOL", "DONE", "NEED_TOKENS", "ToolCall", "Translator"]
+
+Event = dict[str, Any]
+
+# A header is a dozen tokens (`<|channel|>commentary to=functions.get_weather <|constrain|>json`); a long
+# MCP tool name may take a few dozen. Past this many tokens without <|message|> the model is not writing a
+# header: text without <|channel|> is treated as a message's content, anything else fails the response.
+MAX_HEADER_TOKENS = 128
+_MESSAGE_TOKEN = 200008
+
+
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+NEED_TOKENS = _Sentinel("NEED_TOKENS")  # buffer empty: feed tokens or the end of the engine call
+AWAIT_TOOL = _Sentinel("AWAIT_TOOL")  # a built-in tool call waits for send_tool_result()
+DONE = _Sentinel("DONE")  # the terminal event has been returned
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A built-in tool call the model made, for the caller to execute."""
+
+    kind: ItemKind
+    item_id: str
+    name: str  # python; search/open/find; the MCP tool's name
+    namespace: str | None  # "browser", the MCP server label
+    arguments: str  # as the model wrote it (code for python, JSON otherwise)
+    channel: str | None
+
+
+class _Item:
+    """The one open item. Harmony writes one message at a time, so at most one item is open."""
+
+    __slots__ = (
+        "added",
+        "call_made",
+        "channel",
+        "delta",
+        "index",
+        "kind",
+        "logprobs",
+        "parts",
+        "pending_lp",
+        "target",
+    )
+
+    def __init__(
+        self, kind: ItemKind, index: int, added: dict[str, Any], target: Target | None, channel: str | None
+    ) -> None:
+        self.kind = kind
+        self.channel = channel
+        self.index = index
+        self.added = added
+        self.target = target
+        self.parts: list[str] = []
+        self.delta: Event | None = None  # the delta event's shape, copied per delta
+        self.logprobs: list[dict[str, Any]] | None = None  # all logprobs of a message, when asked for
+        self.pending_lp: list[dict[str, Any]] = []  # logprobs of tokens not yet in a delta
+        self.call_made = False  # a built-in call has been sent (code.done / searching emitted)
+
+    @property
+    def id(self) -> str:
+        return self.added["id"]
+
+
+class Translator:
+    """Translate one response's generated Harmony tokens into Responses stream events.
+
+    Args:
+        vocab: token bytes, from ``harmony_responses.vocab.load_vocabulary()``.
+        new_id: makes an id from a prefix (``"msg"`` → ``"msg_…"``).
+        clock: Unix seconds, for ``created_at`` and ``completed_at``.
+        response: the Response object to start from (the request's echo, see ``response_skeleton``);
+            a minimal one is made when omitted.
+        recipients: the request's declared tools, deciding which item a tool recipient becomes.
+        logprobs: put per-token logprobs on ``output_text`` events (``include`` asked for them).
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab: Vocabulary,
+        new_id: Callable[[str], str],
+        clock: Callable[[], int],
+        response: dict[str, Any] | None = None,
+        recipients: RecipientMap | None = None,
+        logprobs: bool = False,
+    ) -> None:
+        self._vocab = vocab
+        self._token_bytes = vocab.token_bytes
+        self._new_id = new_id
+        self._clock = clock
+        self._recipients = recipients or RecipientMap()
+        self._want_logprobs = logprobs
+        self._decoder = TokenDecoder(vocab)
+        if response is None:
+            response = response_skeleton(id=new_id("resp"), created_at=clock(), model="gpt-oss")
+        self._response: dict[str, Any] = copy.deepcopy(response)
+        self._response.update(
+            status="in_progress", output=[], usage=None, error=None, incomplete_details=None
+        )
+
+        self.state = State.HEADER
+        self.error: RemoteProtocolError | None = None
+        self._events: deque[Event] = deque()
+        self._seq = 0
+        self._output: list[dict[str, Any]] = []
+        self._item: _Item | None = None
+        self._tool_call: ToolCall | None = None
+        self._header: list[int] = []
+        self._pending: deque[tuple[int, TokenLogprob | None, bool]] = deque()
+        self._pending_end: tuple[FinishReason, str | None] | None = None
+        self._counting = True
+
+        self.input_tokens = 0
+        self.cached_tokens = 0
+        self.output_tokens = 0
+        self.reasoning_tokens = 0
+
+        self._emit({"type": "response.created", "response": self._snapshot()})
+        self._emit({"type": "response.in_progress", "response": self._snapshot()})
+
+    # ------------------------------------------------------------------ public API: input
+
+    def receive_tokens(
+        self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None] | None = None
+    ) -> None:
+        """Buffer generated token ids (any number), optionally with one logprob entry per token."""
+        if self.state is State.CLOSED and self.error is None or self._pending_end is not None:
+            raise LocalProtocolError("can't receive tokens after the end of generation")
+        if self.state is State.READY:
+            raise LocalProtocolError("can't receive tokens before start_engine_call() after a tool result")
+        if logprobs is not None and len(logprobs) != len(token_ids):
+            raise LocalProtocolError(f"got {len(token_ids)} tokens but {len(logprobs)} logprobs")
+        append = self._pending.append
+        if logprobs is None:
+            for token in token_ids:
+                append((token, None, True))
+        else:
+            for token, lp in zip(token_ids, logprobs, strict=True):
+                append((token, lp, True))
+
+    def receive_prefill(self, token_ids: Iterable[int]) -> None:
+        """Tokens the prompt already wrote after ``<|start|>assistant`` (a forced tool call's header).
+
+        They shape the items like generated tokens but are not counted as output.
+        """
+        for token in token_ids:
+            self._pending.append((token, None, False))
+
+    def receive_usage(self, *, prompt_tokens: int, cached_tokens: int = 0) -> None:
+        """Token counts of one engine call's prompt (summed over the calls of the response)."""
+        self.input_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+
+    def receive_end(self, reason: FinishReason, message: str | None = None) -> None:
+        """The engine call ended: ``stop`` (stop token or end of sequence), ``length`` or ``error``."""
+        if self._pending_end is not None or self.state is State.CLOSED and self.error is None:
+            raise LocalProtocolError("the end of generation was already received")
+        if reason not in ("stop", "length", "error"):
+            raise LocalProtocolError(f"unknown finish reason {reason!r}")
+        self._pending_end = (reason, message)
+
+    def start_engine_call(self) -> None:
+        """After a tool result: the next engine call's tokens follow (its prompt ends ``<|start|>assistant``)."""
+        if self.state is not State.READY:
+            raise LocalProtocolError(f"can't start an engine call in state {self.state.value}")
+        self.state = State.HEADER
+        self._header = []
+
+    @property
+    def pending_tool_call(self) -> ToolCall | None:
+        return self._tool_call if self.state is State.AWAIT_TOOL else None
+
+    def send_tool_result(
+        self,
+        *,
+        output: str | None = None,
+        error: str | dict[str, Any] | None = None,
+        outputs: list[dict[str, Any]] | None = None,
+        action: dict[str, Any] | None = None,
+    ) -> None:
+        """Report the pending built-in call's result; its remaining events follow, then state READY.
+
+        Args:
+            output: the tool's text output (``mcp_call.output``).
+            error: the failure (a string, or an MCP error object); the item ends ``failed``.
+            outputs: ``code_interpreter_call.outputs`` (``[{"type": "logs", "logs": …}]``), when included.
+            action: the ``web_search_call`` action with real URLs, replacing the one read from arguments.
+        """
+        # Process what is buffered first: the call may not have been read yet.
+        self._process_pending()
+        if self.state is not State.AWAIT_TOOL or self._item is None:
+            raise LocalProtocolError(f"no tool call is waiting for a result (state {self.state.value})")
+        item = self._item
+        status = "failed" if error is not None else "completed"
+        done = dict(item.added, status=status)
+        arguments = "".join(item.parts)
+        if item.kind is ItemKind.CODE_INTERPRETER:
+            done["code"] = arguments
+            done["outputs"] = outputs
+            if error is None:
+                self._emit_item_event("response.code_interpreter_call.completed", item)
+        elif item.kind is ItemKind.WEB_SEARCH:
+            done["action"] = action if action is not None else _web_search_action(item.target, arguments)
+            if error is None:
+                self._emit_item_event("response.web_search_call.completed", item)
+        else:
+            done["arguments"] = arguments
+            if error is None:
+                done["output"] = output if output is not None else ""
+                self._emit_item_event("response.mcp_call.completed", item)
+            else:
+                done["error"] = (
+                    error
+                    if isinstance(error, dict)
+                    else {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": error}]}
+                )
+                self._emit_item_event("response.mcp_call.failed", item)
+        self._done_item(item, done)
+        self._tool_call = None
+        self.state = State.READY
+
+    # ------------------------------------------------------------------ public API: output
+
+    def next_event(self) -> Event | _Sentinel:
+        """The next event, or NEED_TOKENS / AWAIT_TOOL / DONE when there is none yet."""
+        events = self._events
+        while not events:
+            if self._pending:
+                token, lp, generated = self._pending.popleft()
+                self._step(token, lp, generated)
+            elif self._pending_end is not None:
+                reason, message = self._pending_end
+                self._pending_end = None
+                self._end(reason, message)
+            elif self.state is State.CLOSED:
+                return DONE
+            elif self.state is State.AWAIT_TOOL:
+                return AWAIT_TOOL
+            else:
+                return NEED_TOKENS
+        return events.popleft()
+
+    def events(self) -> list[Event]:
+        """Process everything buffered and return all the events it caused."""
+        self._process_pending()
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+    @property
+    def response(self) -> dict[str, Any]:
+        """The Response as it stands (final once the terminal event has been produced)."""
+        return self._snapshot()
+
+    @property
+    def output_items(self) -> list[dict[str, Any]]:
+        return list(self._output)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    # ------------------------------------------------------------------ token processing
+
+    def _process_pending(self) -> None:
+        pending = self._pending
+        step = self._step
+        while pending:
+            token, lp, generated = pending.popleft()
+            step(token, lp, generated)
+        if self._pending_end is not None:
+            reason, message = self._pending_end
+            self._pending_end = None
+            self._end(reason, message)
+
+    def _step(self, token: int, lp: TokenLogprob | None, generated: bool) -> None:
+        if generated:
+            self.output_tokens += 1
+        state = self.state
+        item = self._item
+        # The common case first: a text token inside content (the CONTENT/TEXT row of the table).
+        if state is State.CONTENT and token < FIRST_SPECIAL and item is not None:
+            self._append_text(item, token, lp)
+            return
+        if state is State.CLOSED:
+            return  # the response already failed on bad model output; the engine's tail is dropped
+        action, next_state = TRANSITIONS[(state, classify(token))]
+        if action is Action.SKIP:
+            if item is not None and item.kind is ItemKind.REASONING and generated:
+                self.reasoning_tokens += 1
+            self.state = next_state
+        elif action is Action.HEADER_ADD:
+            self._header.append(token)
+            self.state = next_state
+            if len(self._header) > MAX_HEADER_TOKENS:
+                self._header_overflow()
+        elif action is Action.OPEN:
+            self._open()
+        elif action is Action.APPEND_TEXT:  # pragma: no cover - taken by the fast path above
+            assert item is not None
+            self._append_text(item, token, lp)
+        elif action is Action.CLOSE:
+            assert item is not None
+            if item.kind is ItemKind.REASONING and generated:
+                self.reasoning_tokens += 1
+            if item.kind.is_builtin_tool:
+                self._make_call(item)
+            else:
+                self._close(item, "completed")
+                self.state = next_state
+        elif action is Action.CLOSE_THEN_HEADER or action is Action.CLOSE_THEN_HEADER_WITH:
+            assert item is not None
+            if item.kind.is_builtin_tool:
+                # A call without its <|call|>: make it; the rest of this engine call is ignored.
+                self._make_call(item)
+                return
+            self._close(item, "completed")
+            self._header = [token] if action is Action.CLOSE_THEN_HEADER_WITH else []
+            self.state = next_state
+        elif action is Action.HEADER_BEGIN:
+            self._header = []
+            self.state = next_state
+        elif action is Action.HEADER_BEGIN_WITH:
+            self._header = [token]
+            self.state = next_state
+        elif action is Action.HEADER_RESTART:
+            self._flush_headerless("completed")
+            self._header = []
+            self.state = next_state
+        elif action is Action.HEADER_END:
+            self._flush_headerless("completed")
+            self._header = []
+            self.state = next_state
+        else:  # pragma: no cover - the table has no other actions
+            raise AssertionError(action)
+
+    def _append_text(self, item: _Item, token: int, lp: TokenLogprob | None) -> None:
+        if item.kind is ItemKind.REASONING:
+            self.reasoning_tokens += 1
+        if item.logprobs is not None and lp is not None:
+            entry = self._logprob_entry(token, lp)
+            item.logprobs.append(entry)
+            item.pending_lp.append(entry)
+        text = self._decoder.decode(token)
+        if text:
+            item.parts.append(text)
+            self._emit_delta(item, text)
+
+    def _emit_delta(self, item: _Item, text: str) -> None:
+        template = item.delta
+        if template is None:
+            return
+        event = template.copy()
+        event["sequence_number"] = self._seq
+        event["delta"] = text
+        if item.logprobs is not None:
+            event["logprobs"] = item.pending_lp
+            item.pending_lp = []
+        self._seq += 1
+        self._events.append(event)
+
+    def _header_text(self) -> str:
+        data = b"".join(self._token_bytes[t] for t in self._header)
+        return data.decode("utf-8", errors="replace")
+
+    def _headerless_text(self) -> str | None:
+        """The header buffer's text when it is not a header at all but text the model wrote without one."""
+        if any(t >= FIRST_SPECIAL for t in self._header):
+            return None
+        text = self._header_text()
+        stripped = text.strip()
+        if not stripped or stripped == "assistant":
+            return None
+        return text
+
+    def _flush_headerless(self, status: str) -> None:
+        text = self._headerless_text()
+        if text is None:
+            return
+        item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+        item.parts.append(text)
+        self._emit_delta(item, text)
+        self._close(item, status)
+
+    def _header_overflow(self) -> None:
+        if self._headerless_text() is not None:
+            # Long text without any header: the model skipped the header; its text is a message.
+            text = self._header_text()
+            self._header = []
+            item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+            item.parts.append(text)
+            self._emit_delta(item, text)
+            self.state = State.CONTENT
+            return
+        self._model_error(
+            f"the model wrote a message header of more than {MAX_HEADER_TOKENS} tokens without "
+            f"<|message|>: {self._header_text()[:200]!r}"
+        )
+
+    # ------------------------------------------------------------------ items
+
+    def _open(self) -> None:
+        text = self._header_text()
+        header = parse_header(text, self._recipients.is_tool_name)
+        header_tokens = len(self._header) + 1  # and <|message|>
+        self._header = []
+        if header.role is not None and header.addressed_to_assistant and header.recipient is None:
+            self._model_error(
+                f"the model wrote a tool result itself (header {text!r}) instead of waiting for the tool"
+            )
+            return
+        channel = normalise_channel(header.channel)
+        if header.recipient is not None:
+            target = self._recipients.resolve(header.recipient)
+            self._open_item(target.kind, target, channel=header.channel)
+        elif channel == "commentary":
+            self._open_item(ItemKind.MESSAGE, None, phase="commentary")
+        elif channel is None or channel == "final":
+            self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+        else:
+            # analysis, and channels Harmony does not define: shown as reasoning rather than as the answer,
+            # since an unknown channel is more likely the model thinking than talking to the user.
+            self._open_item(ItemKind.REASONING, None)
+            self.reasoning_tokens += header_tokens
+        self.state = State.CONTENT
+
+    def _open_item(
+        self, kind: ItemKind, target: Target | None, *, phase: str | None = None, channel: str | None = None
+    ) -> _Item:
+        index = len(self._output)
+        self._decoder.flush()
+        if kind is ItemKind.MESSAGE:
+            item_id = self._new_id("msg")
+            added: dict[str, Any] = {
+                "id": item_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+                "phase": phase,
+            }
+            item = _Item(kind, index, added, target, channel)
+            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+            self._emit_part("response.content_part.added", item, _text_part("", []))
+            item.delta = _delta_template("response.output_text.delta", item_id, index, content_index=True)
+            item.delta["logprobs"] = []
+            if self._want_logprobs:
+                item.logprobs = []
+        elif kind is ItemKind.REASONING:
+            item_id = self._new_id("rs")
+            added = {
+                "id": item_id,
+                "type": "reasoning",
+                "summary": [],
+                "content": [],
+                "status": "in_progress",
+            }
+            item = _Item(kind, index, added, target, channel)
+            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+            self._emit_part("response.content_part.added", item, {"type": "reasoning_text", "text": ""})
+            item.delta = _delta_template("response.reasoning_text.delta", item_id, index, content_index=True)
+        elif kind is ItemKind.FUNCTION_CALL:
+            assert target is not None
+            item_id = self._new_id("fc")
+            added = {
+                "id": item_id,
+                "type": "function_call",
+                "status": "in_progress",
+                "name": target.name,
+                "call_id": self._new_id("call"),
+                "arguments": "",
+            }
+            if target.namespace is not None:
+                added["namespace"] = target.namespace
+            item = _Item(kind, index, added, target, channel)
+            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+            item.delta = _delta_template("response.function_call_arguments.delta", item_id, index)
+        elif kind is ItemKind.CODE_INTERPRETER:
+            item_id = self._new_id("ci")
+            added = {
+                "id": item_id,
+                "type": "code_interpreter_call",
+                "status": "in_progress",
+                "code": "",
+                "container_id": self._recipients.container_id or self._new_id("cntr"),
+                "outputs": None,
+            }
+            item = _Item(kind, index, added, target, channel)
+            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+            self._emit_item_event("response.code_interpreter_call.in_progress", item)
+            item.delta = _delta_template("response.code_interpreter_call_code.delta", item_id, index)
+        elif kind is ItemKind.WEB_SEARCH:
+            assert target is not None
+            item_id = self._new_id("ws")
+            added = {
+                "id": item_id,
+                "type": "web_search_call",
+                "status": "in_progress",
+                "action": _web_search_action(target, None),
+            }
+            item = _Item(kind, index, added, target, channel)
+            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+            self._emit_item_event("response.web_search_call.in_progress", item)
+            # The API has no argument deltas for web search: the query shows in the done item's action.
+        else:
+            assert target is not None and target.namespace is not None
+            item_id = self._new_id("mcp")
+            added = {
+                "id": item_id,
+                "type": "mcp_call",
+                "status": "in_progress",
+                "server_label": target.namespace,
+                "name": target.name,
+                "arguments": "",
+            }
+            item = _Item(kind, index, added, target, channel)
+            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+            self._emit_item_event("response.mcp_call.in_progress", item)
+            item.delta = _delta_template("response.mcp_call_arguments.delta", item_id, index)
+        self._item = item
+        return item
+
+    def _finish_text(self, item: _Item) -> str:
+        tail = self._decoder.flush()
+        if tail:
+            item.parts.append(tail)
+            self._emit_delta(item, tail)
+        return "".join(item.parts)
+
+    def _close(self, item: _Item, status: str) -> None:
+        """Close a message, reasoning or function call item (or a built-in one cut short)."""
+        text = self._finish_text(item)
+        kind = item.kind
+        done = dict(item.added, status=status)
+        if kind is ItemKind.MESSAGE:
+            logprobs = item.logprobs if item.logprobs is not None else []
+            self._emit(
+                {
+                    "type": "response.output_text.done",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "content_index": 0,
+                    "text": text,
+                    "logprobs": logprobs,
+                }
+            )
+            part = _text_part(text, logprobs)
+            self._emit_part("response.content_part.done", item, part)
+            done["content"] = [part]
+        elif kind is ItemKind.REASONING:
+            self._emit(
+                {
+                    "type": "response.reasoning_text.done",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "content_index": 0,
+                    "text": text,
+                }
+            )
+            part = {"type": "reasoning_text", "text": text}
+            self._emit_part("response.content_part.done", item, part)
+            done["content"] = [part]
+        elif kind is ItemKind.FUNCTION_CALL:
+            self._emit(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "arguments": text,
+                    "name": item.added["name"],
+                }
+            )
+            done["arguments"] = text
+        else:
+            self._send_call_events(item, text)
+            if kind is ItemKind.CODE_INTERPRETER:
+                done["code"] = text
+            elif kind is ItemKind.WEB_SEARCH:
+                done["action"] = _web_search_action(item.target, text)
+            else:
+                done["arguments"] = text
+        self._done_item(item, done)
+
+    def _send_call_events(self, item: _Item, text: str) -> None:
+        """The events that mark a built-in call as made: its code/arguments are complete."""
+        if item.call_made:
+            return
+        item.call_made = True
+        if item.kind is ItemKind.CODE_INTERPRETER:
+            self._emit(
+                {
+                    "type": "response.code_interpreter_call_code.done",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "code": text,
+                }
+            )
+        elif item.kind is ItemKind.MCP_CALL:
+            self._emit(
+                {
+                    "type": "response.mcp_call_arguments.done",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "arguments": text,
+                }
+            )
+
+    def _make_call(self, item: _Item) -> None:
+        """A built-in tool call is complete: announce it and wait for the caller to run it."""
+        text = self._finish_text(item)
+        self._send_call_events(item, text)
+        if item.kind is ItemKind.CODE_INTERPRETER:
+            self._emit_item_event("response.code_interpreter_call.interpreting", item)
+        elif item.kind is ItemKind.WEB_SEARCH:
+            self._emit_item_event("response.web_search_call.searching", item)
+        target = item.target
+        assert target is not None
+        self._tool_call = ToolCall(
+            kind=item.kind,
+            item_id=item.id,
+            name=target.name,
+            namespace=target.namespace,
+            arguments=text,
+            channel=item.channel,
+        )
+        self.state = State.AWAIT_TOOL
+
+    def _done_item(self, item: _Item, done: dict[str, Any]) -> None:
+        self._emit({"type": "response.output_item.done", "output_index": item.index, "item": done})
+        self._output.append(done)
+        self._item = None
+
+    # ------------------------------------------------------------------ endings
+
+    def _end(self, reason: FinishReason, message: str | None) -> None:
+        state = self.state
+        if state is State.CLOSED:
+            return
+        item = self._item
+        if state is State.AWAIT_TOOL and reason == "stop":
+            return  # the engine stopped on the call: the caller runs the tool next
+        if reason == "stop":
+            if state is State.CONTENT and item is not None:
+                if item.kind.is_builtin_tool:
+                    self._make_call(item)  # the engine dropped the <|call|> token; the call is complete
+                    return
+                self._close(item, "completed")
+            elif state is State.HEADER:
+                if self._headerless_text() is not None:
+                    self._flush_headerless("completed")
+                elif self._header and CHANNEL in self._header_text():
+                    self._model_error(
+                        f"the model's output ended inside a message header: {self._header_text()!r}"
+                    )
+                    return
+            self._terminal("completed")
+            return
+        # length or error: whatever is open is cut short.
+        if item is not None:
+            self._close(item, "incomplete")
+        elif state is State.HEADER and self._headerless_text() is not None:
+            self._flush_headerless("incomplete")
+        if reason == "error":
+            self._fail(f"the engine failed: {message}" if message else "the engine failed mid-stream")
+        elif state is State.STOPPED:
+            self._terminal("completed")  # the model finished exactly at the limit
+        else:
+            self._terminal("incomplete", reason="max_output_tokens")
+
+    def _model_error(self, message: str) -> None:
+        self.error = RemoteProtocolError(message)
+        if self._item is not None:
+            self._close(self._item, "incomplete")
+        self._fail(f"model output is not valid Harmony: {message}")
+
+    def _fail(self, message: str) -> None:
+        error = {"type": "server_error", "code": "server_error", "message": message, "param": None}
+        self._emit(
+            {"type": "error", "code": "server_error", "message": message, "param": None, "error": error}
+        )
+        self._terminal("failed", error={"code": "server_error", "message": message})
+
+    def _terminal(
+        self, status: str, *, reason: str | None = None, error: dict[str, str] | None = None
+    ) -> None:
+        self._pending.clear()
+        response = self._response
+        response["status"] = status
+        response["output"] = self._output
+        response["usage"] = usage_object(
+            input_tokens=self.input_tokens,
+            cached_tokens=self.cached_tokens,
+            output_tokens=self.output_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+        )
+        if status == "completed":
+            response["completed_at"] = self._clock()
+        if reason is not None:
+            response["incomplete_details"] = {"reason": reason}
+        if error is not None:
+            response["error"] = error
+        self.state = State.CLOSED
+        self._emit({"type": f"response.{status}", "response": self._snapshot()})
+
+    # ------------------------------------------------------------------ event helpers
+
+    def _emit(self, event: Event) -> None:
+        # sequence_number goes second so that every event reads "type, sequence_number, …" on the wire.
+        event = {"type": event["type"], "sequence_number": self._seq, **event}
+        self._seq += 1
+        self._events.append(event)
+
+    def _emit_item_event(self, type_: str, item: _Item) -> None:
+        self._emit({"type": type_, "item_id": item.id, "output_index": item.index})
+
+    def _emit_part(self, type_: str, item: _Item, part: dict[str, Any]) -> None:
+        self._emit(
+            {"type": type_, "item_id": item.id, "output_index": item.index, "content_index": 0, "part": part}
+        )
+
+    def _snapshot(self) -> dict[str, Any]:
+        # orjson round trip: a deep copy that is several times faster than copy.deepcopy.
+        return orjson.loads(orjson.dumps(self._response))
+
+    def _logprob_entry(self, token: int, lp: TokenLogprob) -> dict[str, Any]:
+        token_bytes = self._token_bytes
+        raw = token_bytes[token]
+        return {
+            "token": raw.decode("utf-8", errors="replace"),
+            "bytes": list(raw),
+            "logprob": lp.logprob,
+            "top_logprobs": [
+                {
+                    "token": token_bytes[t].decode("utf-8", errors="replace"),
+                    "bytes": list(token_bytes[t]),
+                    "logprob": p,
+                }
+                for t, p in lp.top
+            ],
+        }
+
+
+def _text_part(text: str, logprobs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+
+
+def _delta_template(type_: str, item_id: str, index: int, *, content_index: bool = False) -> Event:
+    event: Event = {"type": type_, "sequence_number": 0, "item_id": item_id, "output_index": index}
+    if content_index:
+        event["content_index"] = 0
+    event["delta"] = ""
+    return event
+
+
+def _web_search_action(target: Target | None, arguments: str | None) -> dict[str, Any]:
+    """The ``web_search_call`` action, read from the model's arguments when the tool gave none."""
+    name = target.name if target is not None else "search"
+    args: dict[str, Any] = {}
+    if arguments:
+        try:
+            parsed = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            args = parsed
+    if name == "open":
+        url = args.get("id")
+        return {"type": "open_page", "url": url if isinstance(url, str) else None}
+    if name == "find":
+        pattern = args.get("pattern")
+        return {"type": "find_in_page", "pattern": pattern if isinstance(pattern, str) else "", "url": ""}
+    query = args.get("query")
+    action: dict[str, Any] = {"type": "search"}
+    if isinstance(query, str):
+        action["query"] = query
+    return action
