@@ -1,0 +1,46 @@
+"""The ``harmony-responses`` command: ``serve`` runs the server, ``translate`` shows a completion's events."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harmony-responses",
+        description="An OpenAI Responses API for Harmony-format models (gpt-oss) on any inference engine.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from .api.cli import add_serve_arguments
+    from .translate_cli import add_translate_arguments
+
+    add_serve_arguments(
+        commands.add_parser("serve", help="run the Responses API server", description="Run the Responses API server.")
+    )
+    add_translate_arguments(
+        commands.add_parser(
+            "translate",
+            help="print the Responses events for one Harmony completion",
+            description=(
+                "Read one Harmony completion (the text a model generated after the prompt's trailing "
+                "<|start|>assistant, special tokens written literally) and print the event stream the server "
+                "would send for it."
+            ),
+        )
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
