@@ -1,0 +1,168 @@
+"""The ``echo`` engine: a deterministic stand-in model, so that a fresh install answers any client at once.
+
+It is not a model. It reads the prompt's Harmony structure and writes valid Harmony back:
+
+- a plain prompt (ending ``<|start|>assistant``): a short analysis message, then a final answer quoting
+  the last user message, ``You said: {text}``;
+- when the last message is a tool result (``<|start|>functions.x to=assistant…<|end|>``): the same, but
+  the answer quotes the tool's output;
+- a forced call prefilled up to ``<|message|>`` (named ``tool_choice``): ``{}<|call|>``;
+- a forced call prefilled up to ``to=functions.`` (``tool_choice: required``): the first function the
+  prompt declares in that namespace, then `` <|constrain|>json<|message|>{}<|call|>``;
+- a prefilled final (or analysis) header: the answer, finishing the message it is in.
+
+Anything else (the prompt does not end inside an assistant message) ends the stream with an error
+saying so. Quoted text is copied as token ids, never re-encoded, so that text which looks like a
+special token cannot turn into one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..vocab import load_encoding
+from ._base import Engine, EngineStream, GenerateRequest
+from ._play import play
+
+__all__ = ["EchoEngine"]
+
+_START, _END, _MESSAGE, _CALL, _RETURN = 200006, 200007, 200008, 200012, 200002
+
+_FINAL_HEADER = "<|start|>assistant<|channel|>final<|message|>"
+_ANALYSIS_USER = "The user wrote a message; I will echo it back."
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+# A ``tool_choice: required`` prefill: the recipient's namespace is given, the function name is not.
+_NAMESPACE_PREFIX = re.compile(r"assistant<\|channel\|>\w+ to=([^\s<]+)\.")
+_TOOL_AUTHOR = re.compile(r"([^\s<]+) to=assistant\b")
+_CHANNEL = re.compile(r"<\|channel\|>(\w+)")
+_FUNCTION = re.compile(r"^type ([^\s=<]+) =", re.MULTILINE)
+
+
+@dataclass(slots=True)
+class _Message:
+    header: list[int]
+    content: list[int] | None = None  # None while the header is still open
+    closed: bool = False
+    text_header: str = ""
+
+
+def _split_messages(ids: Sequence[int]) -> list[_Message]:
+    """The prompt's messages as token ids; the last one may be open (the part the model continues)."""
+    messages: list[_Message] = []
+    current: _Message | None = None
+    for token in ids:
+        if token == _START:
+            current = _Message(header=[])
+            messages.append(current)
+        elif current is None or current.closed:
+            continue  # stray tokens between messages: not ours to judge
+        elif current.content is None:
+            if token == _MESSAGE:
+                current.content = []
+            else:
+                current.header.append(token)
+        elif token in (_END, _CALL, _RETURN):
+            current.closed = True
+        else:
+            current.content.append(token)
+    decode = load_encoding().decode
+    for message in messages:
+        message.text_header = decode(message.header)
+    return messages
+
+
+def _encode(text: str) -> list[int]:
+    # Only for this module's own strings, where special tokens are meant literally.
+    return load_encoding().encode(text, allowed_special="all")
+
+
+def _answer(history: list[_Message]) -> tuple[str, list[int]]:
+    """The analysis text and the final answer's ids for a prompt whose history is ``history``."""
+    last = history[-1] if history else None
+    if last is not None and last.closed:
+        author = _TOOL_AUTHOR.match(last.text_header)
+        if author and author[1] not in _ROLES:
+            return (
+                f"The tool {author[1]} returned a result; I will quote it.",
+                _encode(f"The tool {author[1]} returned: ") + (last.content or []),
+            )
+    for message in reversed(history):
+        if message.text_header == "user" and message.closed:
+            if not message.content:
+                return _ANALYSIS_USER, _encode("You sent an empty message.")
+            return _ANALYSIS_USER, _encode("You said: ") + message.content
+    return "There is no user message; I will say so.", _encode("There is no user message to echo.")
+
+
+def _first_function(history: list[_Message], namespace: str) -> str | None:
+    opening = f"namespace {namespace} {{"
+    closing = f"}} // namespace {namespace}"
+    decode = load_encoding().decode
+    for message in history:
+        if message.text_header not in ("developer", "system") or not message.content:
+            continue
+        text = decode(message.content)
+        begin = text.find(opening)
+        if begin < 0:
+            continue
+        end = text.find(closing, begin)
+        found = _FUNCTION.search(text, begin, end if end >= 0 else len(text))
+        if found:
+            return found[1]
+    return None
+
+
+def continue_prompt(prompt_ids: Sequence[int]) -> list[int] | str:
+    """What the echo engine writes after ``prompt_ids``: token ids, or a message saying why it can't."""
+    messages = _split_messages(prompt_ids)
+    if not messages or messages[-1].closed or not messages[-1].text_header.startswith("assistant"):
+        return "the prompt does not end with an assistant message to continue (<|start|>assistant)"
+    tail, history = messages[-1], messages[:-1]
+    header = tail.text_header
+
+    if tail.content is None:
+        if header == "assistant":
+            analysis, answer = _answer(history)
+            prefix = f"<|channel|>analysis<|message|>{analysis}<|end|>"
+            return _encode(prefix + _FINAL_HEADER) + answer + [_RETURN]
+        prefilled = _NAMESPACE_PREFIX.fullmatch(header)
+        if prefilled:
+            namespace = prefilled[1]
+            name = _first_function(history, namespace)
+            if name is None:
+                return f"the prompt forces a call into namespace {namespace!r} but declares no function in it"
+            return _encode(f"{name} <|constrain|>json<|message|>{{}}<|call|>")
+    elif " to=" in header:
+        return _encode("{}<|call|>") if not tail.content else [_CALL]
+    else:
+        channel = _CHANNEL.search(header)
+        analysis, answer = _answer(history)
+        if channel is None or channel[1] == "final":
+            return answer + [_RETURN]
+        return _encode(f"{analysis}<|end|>{_FINAL_HEADER}") + answer + [_RETURN]
+    return f"cannot continue a prompt that ends with '<|start|>{header}'"
+
+
+class EchoEngine(Engine):
+    """A stand-in that echoes the last user message (or tool output) back as valid Harmony.
+
+    It streams one token per chunk without delay, honours ``max_tokens`` and the stop ids, and returns
+    deterministic fake logprobs when asked for them (see ``fake_logprobs``).
+    """
+
+    name = "echo"
+
+    def generate(self, request: GenerateRequest) -> EngineStream:
+        continuation = continue_prompt(request.prompt_ids)
+        if isinstance(continuation, str):
+            return play((), request, finish="error", message=f"echo engine: {continuation}")
+        return play(continuation, request, finish="stop")
+
+    def describe(self) -> str:
+        return (
+            "echo: a stand-in that echoes the last user message back as valid Harmony; "
+            "it is not a language model (choose a real engine with --engine)"
+        )
