@@ -13,14 +13,14 @@ we read the ranks from the same verified file.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import gzip
 import hashlib
+import importlib.util
 import os
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
@@ -61,9 +61,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _packaged_path() -> Path:
+    # find_spec locates the package without importing it: importing bpe_openai loads its native
+    # tokenizer, which costs about a second and which we do not use.
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the bpe-openai package, which ships the o200k_base vocabulary, is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / "o200k_base.tiktoken.gz"
+
+
 def _packaged_bytes() -> bytes:
-    data = resources.files("bpe_openai").joinpath("data/o200k_base.tiktoken.gz").read_bytes()
-    raw = gzip.decompress(data)
+    raw = gzip.decompress(_packaged_path().read_bytes())
     if hashlib.sha256(raw).hexdigest() != O200K_BASE_SHA256:
         raise RuntimeError(
             "the o200k_base vocabulary shipped by the bpe-openai package does not have the expected "
@@ -124,7 +132,7 @@ def load_vocabulary() -> Vocabulary:
         if not line:
             continue
         token_b64, rank = line.split()
-        table[int(rank)] = base64.b64decode(token_b64)
+        table[int(rank)] = binascii.a2b_base64(token_b64)
     for token in range(FIRST_SPECIAL, VOCAB_SIZE):
         table[token] = (SPECIAL_TOKENS.get(token) or f"<|reserved_{token}|>").encode()
     texts: list[str | None] = []
