@@ -1,0 +1,14 @@
+"""Request rendering: a Responses API request (a JSON-decoded dict) → Harmony prompt token ids.
+
+Pure functions over openai_harmony; no I/O beyond loading the (offline) vocabulary once. The caller
+checks ``len(RenderedPrompt.token_ids)`` against the context window (``truncation`` is the api layer's).
+Modules: ``_request`` (assembly), ``_system`` (system message, reasoning effort, built-in namespaces),
+``_developer`` (instructions, function tools, response formats), ``_tools`` (tools and tool_choice),
+``_history`` (input items, chain-of-thought dropping), ``_schema_ts`` (JSON Schema → TypeScript).
+"""
+
+from ._errors import RenderError
+from ._request import RenderedPrompt, render_request
+from ._system import DEFAULT_PYTHON_DESCRIPTION
+
+__all__ = ["DEFAULT_PYTHON_DESCRIPTION", "RenderError", "RenderedPrompt", "render_request"]

@@ -1,0 +1,370 @@
+"""Input items (prior items + the request's ``input``) → Harmony conversation messages.
+
+Owns the item mapping and the chain-of-thought rule:
+
+- ``message`` user → user message; assistant → ``final`` channel, or ``commentary`` for
+  ``phase: "commentary"`` (preambles); system/developer → their text goes to the developer message's
+  instructions (collected here, rendered by ``_developer``).
+- Text parts of one message (``input_text``/``output_text``/``text``, and ``refusal`` on assistant
+  messages) are joined with ``"\\n"``, so that separately sent blocks (Codex sends its environment context
+  and the prompt as separate parts) stay on separate lines; the same join applies to function outputs,
+  reasoning parts and code-interpreter logs.
+- ``function_call`` → ``assistant to=functions.NAME`` (``to=NS.NAME`` with ``namespace``) on commentary,
+  content type ``<|constrain|>json``; ``function_call_output`` → a ``functions.NAME to=assistant`` tool
+  message on commentary (the name found through ``call_id`` among earlier calls).
+- ``custom_tool_call`` / ``_output`` (history only) → the same shape without the json content type.
+- ``web_search_call`` → ``assistant to=browser.search|open|find`` on analysis, content type ``code``;
+  ``code_interpreter_call`` → ``assistant to=python`` code plus a ``python`` tool message with its logs;
+  ``mcp_call`` → ``assistant to=LABEL.NAME`` plus a ``LABEL.NAME`` tool message with the output or error
+  (MCP servers are built-in-style system namespaces, so both sit on analysis like browser and python).
+- ``mcp_list_tools`` → no message (its tools can fill an MCP namespace, see ``_tools``).
+- ``reasoning`` → an ``analysis`` message, kept only when no user message and no final answer follows it
+  (the current, unfinished tool-calling turn); reasoning of completed turns is dropped (harmony.md §6.2).
+  Tool calls and results of completed turns are not chain of thought and are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from openai_harmony import Author, Message, Role
+
+from ._errors import RenderError
+
+__all__ = ["History", "Location", "build_history", "message_text"]
+
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio", "image", "file", "image_url"})
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+# Items a client may echo from other models' or tools' output that gpt-oss cannot represent.
+_UNREPRESENTABLE = frozenset(
+    {
+        "computer_call",
+        "computer_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "shell_call",
+        "shell_call_output",
+        "apply_patch_call",
+        "apply_patch_call_output",
+        "image_generation_call",
+        "file_search_call",
+        "compaction",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where an item came from, to name it in errors: ``input[3]``, or a stored item of a prior response."""
+
+    path: str
+    from_client: bool = True
+
+    def param(self, suffix: str = "") -> str:
+        # A broken stored item is not something the client can fix by editing `input`.
+        return f"{self.path}{suffix}" if self.from_client else "previous_response_id"
+
+
+def _error(loc: Location, suffix: str, message: str, code: str = "invalid_value") -> RenderError:
+    where = f"{loc.path}{suffix}"
+    if not loc.from_client:
+        message = f"{message} (in stored item {where})"
+    return RenderError(message, param=loc.param(suffix), code=code)
+
+
+def _part_text(part: Any, where: str, *, assistant: bool) -> str | None:
+    """Text of one content part; raises for media parts and unknown parts."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        raise RenderError(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise RenderError(
+                f"Invalid type for '{where}.text': expected a string.", param=f"{where}.text", code="invalid_type"
+            )
+        return text
+    if kind == "refusal" and assistant:
+        refusal = part.get("refusal")
+        return refusal if isinstance(refusal, str) else None
+    if kind in _MEDIA_PARTS:
+        raise RenderError(
+            f"Invalid value for '{where}': '{kind}' content is not supported; this model accepts text only.",
+            param=where,
+        )
+    raise RenderError(
+        f"Invalid value for '{where}.type': unsupported content part type '{kind}'.", param=f"{where}.type"
+    )
+
+
+def message_text(content: Any, where: str, *, role: Any) -> str:
+    """The text of a message's ``content`` (string or parts), parts joined with ``"\\n"``."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        raise RenderError(
+            f"Invalid type for '{where}.content': expected a string or an array of content parts.",
+            param=f"{where}.content",
+            code="invalid_type",
+        )
+    texts: list[str] = []
+    for j, part in enumerate(content):
+        text = _part_text(part, f"{where}.content[{j}]", assistant=role == "assistant")
+        if text is not None:
+            texts.append(text)
+    return "\n".join(texts)
+
+
+def _output_text(output: Any, loc: Location) -> str:
+    """A tool output: a string, parts (text joined with "\\n"), or any other JSON value serialised."""
+    if isinstance(output, str):
+        return output
+    if output is None:
+        return ""
+    if isinstance(output, list):
+        texts: list[str] = []
+        for j, part in enumerate(output):
+            where = f"{loc.path}.output[{j}]"
+            try:
+                text = _part_text(part, where, assistant=False)
+            except RenderError as exc:
+                raise _error(loc, f".output[{j}]", exc.message, exc.code or "invalid_value") from None
+            if text is not None:
+                texts.append(text)
+        return "\n".join(texts)
+    return json.dumps(output, ensure_ascii=False)
+
+
+def _assistant(text: str, channel: str) -> Message:
+    return Message.from_role_and_content(Role.ASSISTANT, text).with_channel(channel)
+
+
+def _tool_result(author: str, text: str, channel: str) -> Message:
+    return (
+        Message.from_author_and_content(Author.new(Role.TOOL, author), text)
+        .with_channel(channel)
+        .with_recipient("assistant")
+    )
+
+
+def _item_type(item: dict[str, Any], loc: Location) -> str:
+    kind = item.get("type")
+    if kind is None:
+        if "role" in item:
+            return "message"
+        if "id" in item:
+            return "item_reference"
+        raise _error(loc, ".type", f"Missing required parameter: '{loc.path}.type'.", "missing_required_parameter")
+    if not isinstance(kind, str):
+        raise _error(loc, ".type", f"Invalid type for '{loc.path}.type': expected a string.", "invalid_type")
+    return kind
+
+
+def _is_final_assistant(item: dict[str, Any]) -> bool:
+    return item.get("role") == "assistant" and item.get("phase") != "commentary"
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        if isinstance(parts, list):
+            texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"]]
+            if texts:
+                return "\n".join(texts)
+    return ""
+
+
+def _web_search_call(item: dict[str, Any]) -> Message | None:
+    action = item.get("action")
+    if not isinstance(action, dict):
+        return None  # nothing says what was searched; an empty call would only confuse the model
+    kind = action.get("type")
+    args: dict[str, Any]
+    if kind == "search":
+        query = action.get("query")
+        if not isinstance(query, str):
+            queries = action.get("queries")
+            query = queries[0] if isinstance(queries, list) and queries and isinstance(queries[0], str) else None
+        if query is None:
+            return None
+        args, function = {"query": query}, "search"
+    elif kind == "open_page":
+        url = action.get("url")
+        if not isinstance(url, str):
+            return None
+        args, function = {"id": url}, "open"
+    elif kind in ("find", "find_in_page"):
+        pattern = action.get("pattern")
+        if not isinstance(pattern, str):
+            return None
+        args, function = {"pattern": pattern}, "find"
+    else:
+        return None
+    # json.dumps' default ", " / ": " separators match how the model writes browser arguments.
+    return (
+        _assistant(json.dumps(args, ensure_ascii=False), "analysis")
+        .with_recipient(f"browser.{function}")
+        .with_content_type("code")
+    )
+
+
+@dataclass
+class History:
+    """What the input items contribute: developer instructions, conversation messages, listed MCP tools."""
+
+    instructions: list[str] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    listed_mcp_tools: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def build_history(entries: list[tuple[Any, Location]]) -> History:
+    history = History()
+    typed: list[tuple[dict[str, Any], str, Location]] = []
+    for item, loc in entries:
+        if not isinstance(item, dict):
+            raise _error(loc, "", f"Invalid type for '{loc.path}': expected an object.", "invalid_type")
+        typed.append((item, _item_type(item, loc), loc))
+
+    # Reasoning is kept only after the last user message or final answer: the unfinished turn.
+    open_turn_start = 0
+    for index, (item, kind, _) in enumerate(typed):
+        if kind == "message" and (item.get("role") == "user" or _is_final_assistant(item)):
+            open_turn_start = index + 1
+
+    recipients: dict[str, str] = {}  # call_id → recipient of the call, for its output's author
+    for index, (item, kind, loc) in enumerate(typed):
+        if kind == "message":
+            role = item.get("role")
+            if role not in _ROLES:
+                raise _error(
+                    loc,
+                    ".role",
+                    f"Invalid value: '{role}'. Supported values are: 'user', 'assistant', 'system', and 'developer'.",
+                )
+            try:
+                text = message_text(item.get("content"), loc.path, role=role)
+            except RenderError as exc:
+                if loc.from_client:
+                    raise
+                raise _error(loc, "", exc.message, exc.code or "invalid_value") from None
+            if role in ("system", "developer"):
+                if text.strip():
+                    history.instructions.append(text)
+            elif role == "user":
+                history.messages.append(Message.from_role_and_content(Role.USER, text))
+            else:
+                channel = "commentary" if item.get("phase") == "commentary" else "final"
+                history.messages.append(_assistant(text, channel))
+        elif kind == "reasoning":
+            if index >= open_turn_start:
+                text = _reasoning_text(item)
+                if text:
+                    history.messages.append(_assistant(text, "analysis"))
+        elif kind in ("function_call", "custom_tool_call"):
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise _error(
+                    loc, ".call_id", f"Missing required parameter: '{loc.path}.call_id'.", "missing_required_parameter"
+                )
+            name = item.get("name")
+            if not isinstance(name, str) or not name:
+                raise _error(
+                    loc, ".name", f"Missing required parameter: '{loc.path}.name'.", "missing_required_parameter"
+                )
+            namespace = item.get("namespace")
+            recipient = f"{namespace}.{name}" if isinstance(namespace, str) and namespace else f"functions.{name}"
+            recipients[call_id] = recipient
+            if kind == "function_call":
+                arguments = item.get("arguments")
+                if not isinstance(arguments, str):
+                    arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+                message = _assistant(arguments, "commentary").with_recipient(recipient)
+                history.messages.append(message.with_content_type("<|constrain|>json"))
+            else:
+                raw_input = item.get("input")
+                history.messages.append(
+                    _assistant(raw_input if isinstance(raw_input, str) else "", "commentary").with_recipient(recipient)
+                )
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise _error(
+                    loc, ".call_id", f"Missing required parameter: '{loc.path}.call_id'.", "missing_required_parameter"
+                )
+            if call_id not in recipients:
+                raise _error(
+                    loc,
+                    ".call_id",
+                    f"No tool call found for {kind} with call_id '{call_id}': it must follow the call it answers.",
+                )
+            history.messages.append(
+                _tool_result(recipients[call_id], _output_text(item.get("output"), loc), "commentary")
+            )
+        elif kind == "web_search_call":
+            call = _web_search_call(item)
+            if call is not None:
+                history.messages.append(call)
+        elif kind == "code_interpreter_call":
+            code = item.get("code")
+            history.messages.append(
+                _assistant(code if isinstance(code, str) else "", "analysis")
+                .with_recipient("python")
+                .with_content_type("code")
+            )
+            outputs = item.get("outputs")
+            if isinstance(outputs, list):
+                logs = [o["logs"] for o in outputs if isinstance(o, dict) and isinstance(o.get("logs"), str)]
+                if logs:
+                    history.messages.append(_tool_result("python", "\n".join(logs), "analysis"))
+        elif kind == "mcp_call":
+            label, name = item.get("server_label"), item.get("name")
+            if not isinstance(label, str) or not label:
+                raise _error(
+                    loc,
+                    ".server_label",
+                    f"Missing required parameter: '{loc.path}.server_label'.",
+                    "missing_required_parameter",
+                )
+            if not isinstance(name, str) or not name:
+                raise _error(
+                    loc, ".name", f"Missing required parameter: '{loc.path}.name'.", "missing_required_parameter"
+                )
+            arguments = item.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+            recipient = f"{label}.{name}"
+            history.messages.append(
+                _assistant(arguments, "analysis").with_recipient(recipient).with_content_type("code")
+            )
+            output, error = item.get("output"), item.get("error")
+            if error is not None:
+                result = json.dumps({"error": error}, ensure_ascii=False)
+                history.messages.append(_tool_result(recipient, result, "analysis"))
+            elif output is not None:
+                history.messages.append(_tool_result(recipient, _output_text(output, loc), "analysis"))
+        elif kind == "mcp_list_tools":
+            label, tools = item.get("server_label"), item.get("tools")
+            if isinstance(label, str) and isinstance(tools, list):
+                history.listed_mcp_tools[label] = tools
+        elif kind == "item_reference":
+            raise _error(loc, "", "item_reference requires stored responses, which this server does not support yet.")
+        elif kind in ("mcp_approval_request", "mcp_approval_response"):
+            raise _error(loc, ".type", f"'{kind}' items are not supported yet: MCP approvals need MCP execution.")
+        elif kind in _UNREPRESENTABLE:
+            raise _error(
+                loc,
+                ".type",
+                f"Invalid value for '{loc.path}.type': '{kind}' items cannot be represented for this model.",
+            )
+        else:
+            raise _error(loc, ".type", f"Invalid value for '{loc.path}.type': unknown input item type '{kind}'.")
+    return history

@@ -1,0 +1,114 @@
+"""``render_request``: a Responses API request (JSON-decoded dict) → Harmony prompt token ids.
+
+Owns the orchestration and the token-level assembly. The system message is rendered on its own with
+``RenderOptions(conversation_has_function_tools=...)`` because our function declarations are pre-rendered
+text (see ``_schema_ts``), which harmony's own detection of function tools cannot see; the rest of the
+conversation is rendered with ``auto_drop_analysis=False`` because ``_history`` already dropped the chain
+of thought of completed turns, correctly (harmony's rule drops only before the first final message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from openai_harmony import Conversation, RenderConversationConfig, RenderOptions, Role
+
+from harmony_responses.vocab import load_encoding
+
+from ._developer import build_developer_message, instructions_text
+from ._errors import RenderError
+from ._history import Location, build_history
+from ._system import build_system_message, reasoning_effort
+from ._text import without_surrogates
+from ._tools import apply_tool_choice, parse_tools
+
+__all__ = ["RenderedPrompt", "render_request"]
+
+_NO_AUTO_DROP = RenderConversationConfig(auto_drop_analysis=False)
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A rendered prompt.
+
+    ``token_ids``: the whole prompt, ending with ``<|start|>assistant`` plus the prefill, if any.
+    ``prefill_ids``: the forced-tool-choice prefill at the end of ``token_ids`` (``[]`` if none); feed them
+    to the translator before the engine's output, since the model continues from them.
+    ``conversation``: the messages rendered, for debugging and tests. Rendering it again with harmony's
+    ``render_conversation_for_completion`` omits the system line "Calls to these tools must go to the
+    commentary channel: 'functions'." (see the module docstring) and the prefill.
+    """
+
+    token_ids: list[int]
+    prefill_ids: list[int]
+    conversation: Conversation
+
+
+def _entries(request: dict[str, Any], prior_items: list[dict[str, Any]] | None) -> list[tuple[Any, Location]]:
+    entries: list[tuple[Any, Location]] = [
+        (item, Location(f"prior_items[{i}]", from_client=False)) for i, item in enumerate(prior_items or [])
+    ]
+    raw = request.get("input")
+    if raw is None:
+        return entries
+    if isinstance(raw, str):
+        return [*entries, ({"type": "message", "role": "user", "content": raw}, Location("input"))]
+    if not isinstance(raw, list):
+        raise RenderError(
+            "Invalid type for 'input': expected a string or an array of input items.",
+            param="input",
+            code="invalid_type",
+        )
+    return entries + [(item, Location(f"input[{i}]")) for i, item in enumerate(raw)]
+
+
+def render_request(
+    request: dict[str, Any],
+    *,
+    current_date: str,
+    knowledge_cutoff: str = "2024-06",
+    prior_items: list[dict[str, Any]] | None = None,
+    python_description: str | None = None,
+) -> RenderedPrompt:
+    """Render ``request`` into Harmony prompt tokens; raises RenderError for a client error.
+
+    ``prior_items``: items of earlier responses (input and output), treated as input items placed before
+    ``request["input"]``. ``python_description``: what the code-interpreter sandbox really does, declared
+    in the system message's ``python`` namespace (a generic, honest default otherwise).
+    """
+    if not isinstance(request, dict):
+        raise RenderError("The request body must be a JSON object.", param=None, code="invalid_type")
+    request = without_surrogates(request)
+    if prior_items is not None:
+        prior_items = without_surrogates(prior_items)
+
+    history = build_history(_entries(request, prior_items))
+    tools = parse_tools(request.get("tools"), listed_mcp_tools=history.listed_mcp_tools)
+    tools, prefill = apply_tool_choice(tools, request.get("tool_choice"))
+    effort = reasoning_effort(request.get("reasoning"))
+
+    instructions = "\n\n".join(
+        text for text in [instructions_text(request.get("instructions")), *history.instructions] if text.strip()
+    )
+    system = build_system_message(
+        effort=effort,
+        tools=tools,
+        current_date=current_date,
+        knowledge_cutoff=knowledge_cutoff,
+        python_description=python_description,
+    )
+    developer = build_developer_message(instructions=instructions, tools=tools, text=request.get("text"))
+    rest = ([developer] if developer is not None else []) + history.messages
+
+    encoding = load_encoding()
+    token_ids = encoding.render(system, RenderOptions(conversation_has_function_tools=bool(tools.functions)))
+    token_ids += encoding.render_conversation_for_completion(
+        Conversation.from_messages(rest), Role.ASSISTANT, _NO_AUTO_DROP
+    )
+    prefill_ids = encoding.encode(prefill, allowed_special="all") if prefill else []
+    return RenderedPrompt(
+        token_ids=token_ids + prefill_ids,
+        prefill_ids=prefill_ids,
+        conversation=Conversation.from_messages([system, *rest]),
+    )
