@@ -162,7 +162,11 @@ def test_knowledge_cutoff_is_configurable() -> None:
 def test_web_search_declares_the_browser_namespace_once() -> None:
     request = {
         "input": "x",
-        "tools": [{"type": "web_search", "external_web_access": False}, {"type": "web_search_preview_2025_03_11"}],
+        "tools": [
+            {"type": "web_search", "external_web_access": False},
+            {"type": "web_search_preview_2025_03_11"},
+            {"type": "web_search_2025_08_26"},
+        ],
     }
     assert text_of(request) == system(tools=BROWSER) + user("x") + START
 
@@ -775,6 +779,7 @@ def test_input_errors(request_: dict[str, Any], param: str, code: str) -> None:
         "apply_patch",
         "custom",
         "teleport",
+        "web_search_call",
     ],
 )
 def test_unsupported_tool_types_are_rejected(kind: str) -> None:

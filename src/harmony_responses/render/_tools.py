@@ -28,9 +28,8 @@ __all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools"]
 # spaces, no `<|...|>`): a recipient with a space would end the header's recipient early.
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 
-_WEB_SEARCH_TYPES = frozenset(
-    {"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11"}
-)
+# web_search, web_search_preview and their dated variants (web_search_2025_08_26, ...).
+_WEB_SEARCH_TYPE = re.compile(r"^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$")
 _UNSUPPORTED_TOOL_TYPES = (
     "file_search",
     "computer_use_preview",
@@ -49,8 +48,7 @@ _RESERVED_NAMESPACES = frozenset({"functions", "browser", "python", "assistant"}
 
 
 def _is_web_search(kind: str) -> bool:
-    # Dated variants keep appearing (web_search_2025_08_26); accept any of the family.
-    return kind in _WEB_SEARCH_TYPES or kind.startswith(("web_search_preview_", "web_search_"))
+    return _WEB_SEARCH_TYPE.match(kind) is not None
 
 
 @dataclass(frozen=True, slots=True)
