@@ -1,0 +1,95 @@
+"""The Starlette app: routes, middleware, error handlers and the engine's lifetime.
+
+Routes: ``POST /v1/responses`` (responses.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the
+OpenAI list and model shapes), ``GET /health``. Unknown routes get a JSON 404 and wrong methods a JSON
+405 through ``errors.exception_handlers``, so every answer the server gives is OpenAI-shaped.
+
+The lifespan loads the Harmony vocabulary (about a second, once per process) and starts the engine; it
+closes the engine on shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..engine import Engine, engine_from_spec
+from ..vocab import load_encoding, load_vocabulary
+from .auth import BearerAuth
+from .config import Config
+from .errors import exception_handlers, json_response
+from .responses import Services, create_response, model_not_found
+from .sealed import configure_reasoning_key
+
+__all__ = ["create_app"]
+
+MODEL_OWNER = "harmony-responses"
+
+
+def _model_object(name: str, created: int) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": created, "owned_by": MODEL_OWNER}
+
+
+async def list_models(request: Request) -> Response:
+    services: Services = request.app.state.services
+    data = [_model_object(m, services.started_at) for m in services.config.models]
+    return json_response({"object": "list", "data": data})
+
+
+async def retrieve_model(request: Request) -> Response:
+    services: Services = request.app.state.services
+    name = request.path_params["model"]
+    if name not in services.config.models:
+        raise model_not_found(name)
+    return json_response(_model_object(name, services.started_at))
+
+
+async def health(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+def create_app(config: Config, *, engine: Engine | None = None) -> Starlette:
+    """The ASGI app serving ``config``.
+
+    Args:
+        config: the server's configuration.
+        engine: an engine instance to use instead of ``config.engine`` (tests pass a ``MockEngine``).
+
+    Raises:
+        ValueError: ``config.engine`` is not a valid engine spec (the message lists the valid forms).
+    """
+    engine = engine if engine is not None else engine_from_spec(config.engine)
+    sealer = configure_reasoning_key(config.secret_key)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        vocab = await anyio.to_thread.run_sync(load_vocabulary)
+        await anyio.to_thread.run_sync(load_encoding)
+        await engine.start()
+        app.state.services = Services(
+            config=config, engine=engine, vocab=vocab, sealer=sealer, started_at=int(time.time())
+        )
+        try:
+            yield
+        finally:
+            await engine.aclose()
+
+    middleware = [Middleware(BearerAuth, keys=config.api_keys)] if config.api_keys else []
+    routes = [
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
+    app.state.config = config
+    app.state.engine = engine
+    return app

@@ -1,0 +1,191 @@
+"""``harmony-responses serve``: flags (each with a ``HARMONY_RESPONSES_*`` environment twin) → uvicorn.
+
+A flag on the command line wins over its environment variable, which wins over the default. Repeatable
+flags (``--model``, ``--api-key``) take a comma-separated list in their variable. Once the socket is
+listening the command prints where, which engine serves (the echo stand-in says it is not a model) and
+which model names it answers to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import uvicorn
+
+from ..engine import engine_from_spec
+from .app import create_app
+from .config import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS, Config
+
+__all__ = ["add_serve_arguments", "config_from_args", "serve"]
+
+ENV_PREFIX = "HARMONY_RESPONSES_"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(ENV_PREFIX + name)
+    return value if value else None
+
+
+def _env_list(name: str) -> list[str] | None:
+    value = _env(name)
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _env_help(name: str) -> str:
+    return f" (env {ENV_PREFIX}{name})"
+
+
+# argparse applies ``type`` to string defaults too, so a bad environment variable gets the same clean
+# error as a bad flag.
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text}")
+    return value
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``serve``'s options to ``parser`` and make ``serve`` its handler."""
+    add = parser.add_argument
+    add("--host", default=_env("HOST") or "127.0.0.1", help="address to listen on" + _env_help("HOST"))
+    add("--port", type=_port, default=_env("PORT") or "8000", help="port (0: any free one)" + _env_help("PORT"))
+    add(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="NAME",
+        help=f"a model name to answer to; repeatable; the first is the default (default: "
+        f"{', '.join(DEFAULT_MODELS)})" + _env_help("MODEL") + ", comma-separated",
+    )
+    add(
+        "--engine",
+        default=_env("ENGINE") or "echo",
+        help="engine spec: 'echo' (a stand-in, not a model; the default) or 'replay:PATH'" + _env_help("ENGINE"),
+    )
+    add(
+        "--api-key",
+        action="append",
+        dest="api_keys",
+        metavar="KEY",
+        help="accept this bearer token; repeatable; none: no authentication"
+        + _env_help("API_KEY")
+        + ", comma-separated",
+    )
+    add(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=(_env("LOG_LEVEL") or "info").lower(),
+        help="log level" + _env_help("LOG_LEVEL"),
+    )
+    add(
+        "--context-window",
+        type=_positive_int,
+        default=_env("CONTEXT_WINDOW") or str(DEFAULT_CONTEXT_WINDOW),
+        help="prompt plus output tokens the engine accepts" + _env_help("CONTEXT_WINDOW"),
+    )
+    add(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=_env("MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY_BYTES),
+        help="larger request bodies get 413" + _env_help("MAX_BODY_BYTES"),
+    )
+    add(
+        "--current-date",
+        default=_env("CURRENT_DATE"),
+        metavar="YYYY-MM-DD",
+        help="date written into every prompt (default: today, UTC)" + _env_help("CURRENT_DATE"),
+    )
+    add(
+        "--knowledge-cutoff",
+        default=_env("KNOWLEDGE_CUTOFF") or "2024-06",
+        metavar="YYYY-MM",
+        help="the model's knowledge cutoff, written into every prompt" + _env_help("KNOWLEDGE_CUTOFF"),
+    )
+    add(
+        "--secret-key",
+        default=_env("SECRET_KEY"),
+        help="key for reasoning.encrypted_content blobs (default: random per process, so blobs do not "
+        "survive a restart)" + _env_help("SECRET_KEY"),
+    )
+    parser.set_defaults(handler=serve)
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return Config(
+        host=args.host,
+        port=args.port,
+        models=tuple(args.models or _env_list("MODEL") or DEFAULT_MODELS),
+        engine=args.engine,
+        api_keys=tuple(args.api_keys or _env_list("API_KEY") or ()),
+        log_level=args.log_level,
+        max_body_bytes=args.max_body_bytes,
+        current_date=args.current_date,
+        knowledge_cutoff=args.knowledge_cutoff,
+        context_window=args.context_window,
+        secret_key=args.secret_key,
+    )
+
+
+def banner(config: Config, engine_description: str, host: str, port: int) -> str:
+    shown_host = f"[{host}]" if ":" in host else host
+    lines = [
+        f"harmony-responses: listening on http://{shown_host}:{port}/v1",
+        f"  engine: {engine_description}",
+        f"  models: {', '.join(config.models)} (default {config.default_model})",
+        f"  auth:   {'bearer token required' if config.api_keys else 'none (no --api-key given)'}",
+    ]
+    return "\n".join(lines)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling back once its sockets listen (so the banner shows the real port)."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[str, int], None]) -> None:
+        super().__init__(config)
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            for server in self.servers:
+                for sock in server.sockets:
+                    host, port = sock.getsockname()[:2]
+                    self._on_listening(host, port)
+                    return
+
+
+def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    """Run the server until interrupted; 2 for a bad configuration."""
+    out = out or sys.stdout
+    try:
+        config = config_from_args(args)
+        engine = engine_from_spec(config.engine)
+    except (ValueError, AssertionError) as exc:
+        print(f"harmony-responses serve: {exc}", file=sys.stderr)
+        return 2
+    level = "DEBUG" if config.log_level == "trace" else config.log_level.upper()
+    logging.basicConfig(format="%(levelname)s:     %(name)s: %(message)s", level=level)
+    app = create_app(config, engine=engine)
+
+    def on_listening(host: str, port: int) -> None:
+        print(banner(config, engine.describe(), host, port), file=out, flush=True)
+
+    server = _Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="on"),
+        on_listening,
+    )
+    server.run()
+    return 0 if server.started else 1

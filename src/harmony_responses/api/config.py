@@ -1,0 +1,60 @@
+"""The server's configuration: one keyword-only value class, filled by the CLI (flags and env-var twins)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MODELS", "Config"]
+
+DEFAULT_MODELS: tuple[str, ...] = ("gpt-oss-120b", "gpt-oss-20b")
+# gpt-oss's context window (harmony.md): prompt plus generation.
+DEFAULT_CONTEXT_WINDOW = 131_072
+# Codex's first turn is ~25 KB and a long agent session a few MB of JSON; 32 MiB leaves room for any
+# 128k-token conversation while keeping one request from taking the process's memory.
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Everything ``create_app`` needs.
+
+    Args:
+        host, port: where ``serve`` listens (the app itself does not use them).
+        models: model names the server answers to; the first is listed first by ``/v1/models``.
+            A request for any other name gets 404 ``model_not_found``.
+        engine: an engine spec (``echo``, ``replay:PATH``; see ``harmony_responses.engine``).
+        api_keys: accepted bearer tokens; empty means no authentication.
+        log_level: uvicorn's and our loggers' level.
+        max_body_bytes: larger request bodies get 413.
+        current_date: ``YYYY-MM-DD`` for the system message; None uses today's UTC date per request.
+            Fixing it makes prompts (and prefix caches, tests) reproducible (pitfalls.md #63).
+        knowledge_cutoff: the model's knowledge cutoff, written into the system message.
+        context_window: prompt plus output tokens the engine accepts; ``truncation`` works against it.
+        secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: a random key per
+            process, so blobs stop being readable after a restart (then they are ignored, not rejected).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    models: tuple[str, ...] = DEFAULT_MODELS
+    engine: str = "echo"
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    log_level: str = "info"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    current_date: str | None = None
+    knowledge_cutoff: str = "2024-06"
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    secret_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # Tuples, not lists: the value class is frozen and hashable all the way down.
+        object.__setattr__(self, "models", tuple(self.models))
+        object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        assert self.models, "Config.models needs at least one model name"
+        assert all(isinstance(m, str) and m for m in self.models), "model names must be non-empty strings"
+        assert self.max_body_bytes > 0, "max_body_bytes must be positive"
+        assert self.context_window > 0, "context_window must be positive"
+
+    @property
+    def default_model(self) -> str:
+        return self.models[0]

@@ -1,0 +1,178 @@
+"""``POST /v1/responses``: parse → validate → render → engine stream → translator → SSE or JSON.
+
+Everything that can be refused is refused here, before anything is sent: body size and JSON (413/400),
+validation (``validate.py``), the model name (404 ``model_not_found``), rendering (``RenderError`` → 400)
+and the context window (``fit.py``). The response then runs in ``streaming.RunResponse``.
+
+Streaming is decided by the body's ``stream`` alone, never by ``Accept`` (openai-python and the Agents
+SDK send ``Accept: application/json`` when streaming; Codex sends ``text/event-stream``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import orjson
+from starlette.requests import ClientDisconnect, Request
+
+from ..engine import Engine, GenerateRequest
+from ..ids import random_id
+from ..render import render_request
+from ..translate import RecipientMap, Translator, response_skeleton
+from ..vocab import Vocabulary
+from .config import Config
+from .echo import echo_fields
+from .errors import APIError
+from .fit import render_to_fit
+from .run import ResponseRun
+from .sealed import ReasoningSealer
+from .streaming import RunResponse
+from .validate import MODEL_HIDDEN_TOOL_TYPES, RequestOptions, validate_request
+
+__all__ = ["Services", "create_response", "model_not_found", "read_json_body"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Services:
+    """What the endpoints share, built once per app (``app.state.services``)."""
+
+    config: Config
+    engine: Engine
+    vocab: Vocabulary
+    sealer: ReasoningSealer
+    started_at: int
+
+
+def model_not_found(model: str) -> APIError:
+    # The API's wording, backticks included.
+    return APIError(
+        f"The model `{model}` does not exist or you do not have access to it.", status=404, code="model_not_found"
+    )
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(f"Request body too large: the limit is {limit} bytes.", status=413, code="request_too_large")
+
+
+async def read_json_body(request: Request, limit: int) -> Any:
+    """The request's JSON body, read without ever holding more than ``limit`` bytes.
+
+    Raises:
+        APIError: 413 over the limit, 415 for a compressed body, 400 for a body that is not JSON.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise APIError(
+            f"Unsupported Content-Encoding '{encoding}': send the request body uncompressed.",
+            status=415,
+            code="unsupported_content_encoding",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise APIError("The client disconnected before sending the whole request body.") from None
+    try:
+        return orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise APIError(
+            f"We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+            f"HTTP library correctly. The API expects a JSON payload, but what was sent was not valid JSON: "
+            f"{exc})",
+        ) from None
+
+
+def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer) -> dict[str, Any]:
+    """The request as the renderer should see it.
+
+    - ``web_search`` tools are dropped: accepted from Codex but not offered to the model until the
+      built-in tools issue (validate.py).
+    - reasoning items whose ``encrypted_content`` this server sealed get their text back as
+      ``reasoning_text`` content (the renderer reads content, not blobs).
+    """
+    request = dict(body)
+    tools = body.get("tools")
+    if tools:
+        request["tools"] = [t for t in tools if t.get("type") not in MODEL_HIDDEN_TOOL_TYPES]
+    items = body.get("input")
+    if isinstance(items, list):
+        restored: list[Any] = []
+        for item in items:
+            if item.get("type") == "reasoning" and item.get("encrypted_content") and not item.get("content"):
+                text = sealer.open(item["encrypted_content"])
+                if text is not None:
+                    item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+            restored.append(item)
+        request["input"] = restored
+    return request
+
+
+def _render(request: dict[str, Any], *, config: Config) -> Any:
+    current_date = config.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    return render_request(request, current_date=current_date, knowledge_cutoff=config.knowledge_cutoff)
+
+
+async def create_response(request: Request) -> RunResponse:
+    services: Services = request.app.state.services
+    config = services.config
+    body = await read_json_body(request, config.max_body_bytes)
+    options: RequestOptions = validate_request(body)
+    if options.model not in config.models:
+        raise model_not_found(options.model)
+
+    model_request = _for_render(body, services.sealer)
+    # Rendering a long conversation takes milliseconds per thousand tokens: keep it off the event loop.
+    rendered = await anyio.to_thread.run_sync(
+        functools.partial(
+            render_to_fit,
+            model_request,
+            functools.partial(_render, config=config),
+            context_window=config.context_window,
+            truncation=options.truncation,
+        )
+    )
+    room = config.context_window - len(rendered.token_ids)
+    max_tokens = room if options.max_output_tokens is None else min(options.max_output_tokens, room)
+
+    response_id = random_id("resp")
+    translator = Translator(
+        vocab=services.vocab,
+        new_id=random_id,
+        clock=lambda: int(time.time()),
+        response=response_skeleton(
+            id=response_id, created_at=int(time.time()), model=options.model, **echo_fields(body)
+        ),
+        recipients=RecipientMap.from_tools(model_request.get("tools")),
+        logprobs=options.top_logprobs is not None,
+    )
+    translator.receive_prefill(rendered.prefill_ids)
+    run = ResponseRun(
+        translator=translator,
+        engine=services.engine,
+        request=GenerateRequest(
+            prompt_ids=list(rendered.token_ids),
+            max_tokens=max_tokens,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            top_logprobs=options.top_logprobs,
+            response_schema=options.response_schema,
+            request_id=response_id,
+        ),
+        sealer=services.sealer if options.encrypted_reasoning else None,
+        strict_schema=options.strict_schema,
+    )
+    return RunResponse(run, stream=options.stream)

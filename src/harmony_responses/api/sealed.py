@@ -1,0 +1,116 @@
+"""``reasoning.encrypted_content``: the model's reasoning as an opaque, authenticated blob.
+
+A stateless client (``store: false``, ``include: ["reasoning.encrypted_content"]``) gets each reasoning
+item's text sealed into ``encrypted_content`` and sends the item back in the next request's ``input``;
+the server opens the blob and the renderer sees the reasoning text again (Harmony keeps the chain of
+thought within a tool-calling turn). A blob that does not open (another server's key, tampered with, a
+restart with a random key) is ignored, never an error: the reasoning is just not there, as with a client
+that drops it.
+
+Format: with the ``cryptography`` package installed (the normal case), a Fernet token (AES-128-CBC +
+HMAC-SHA256) of the JSON ``{"v": 1, "text": …}``: encrypted and authenticated. Without it,
+``hrr1.<base64url payload>.<base64url HMAC-SHA256>``: authenticated and merely encoded, not encrypted;
+the reasoning is also streamed in clear as ``reasoning_text`` so nothing secret is exposed, but the blob
+is only "opaque" by convention then. ``open`` reads both forms.
+
+The key is derived from ``Config.secret_key`` (``--secret-key`` / ``HARMONY_RESPONSES_SECRET_KEY``);
+without one each process draws a random key, so blobs do not survive a restart or reach another replica.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+
+import orjson
+
+__all__ = ["ReasoningSealer", "configure_reasoning_key", "decrypt_reasoning", "encrypt_reasoning"]
+
+try:
+    from cryptography.fernet import Fernet, InvalidToken
+except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
+    Fernet = None  # type: ignore[assignment,misc]
+    InvalidToken = Exception  # type: ignore[assignment,misc]
+
+_HMAC_PREFIX = "hrr1."
+_KEY_CONTEXT = b"harmony-responses reasoning.encrypted_content v1\x00"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class ReasoningSealer:
+    """Seals reasoning text into blobs and opens them again, with one key."""
+
+    def __init__(self, secret: str | bytes | None = None, *, use_fernet: bool | None = None) -> None:
+        if secret is None:
+            key = os.urandom(32)
+        else:
+            raw = secret.encode() if isinstance(secret, str) else secret
+            key = hashlib.sha256(_KEY_CONTEXT + raw).digest()
+        self._mac_key = key
+        self._fernet = None
+        if Fernet is not None and use_fernet is not False:
+            self._fernet = Fernet(base64.urlsafe_b64encode(key))
+
+    def seal(self, text: str) -> str:
+        payload = orjson.dumps({"v": 1, "text": text})
+        if self._fernet is not None:
+            return self._fernet.encrypt(payload).decode()
+        mac = hmac.new(self._mac_key, payload, hashlib.sha256).digest()
+        return f"{_HMAC_PREFIX}{_b64(payload)}.{_b64(mac)}"
+
+    def open(self, blob: object) -> str | None:
+        """The reasoning text sealed in ``blob``, or None when it is not a blob this key sealed."""
+        if not isinstance(blob, str) or not blob:
+            return None
+        payload: bytes | None = None
+        if blob.startswith(_HMAC_PREFIX):
+            body, _, tag = blob[len(_HMAC_PREFIX) :].partition(".")
+            try:
+                payload, mac = _unb64(body), _unb64(tag)
+            except (binascii.Error, ValueError):
+                return None
+            if not hmac.compare_digest(mac, hmac.new(self._mac_key, payload, hashlib.sha256).digest()):
+                return None
+        elif self._fernet is not None:
+            try:
+                payload = self._fernet.decrypt(blob.encode())
+            except (InvalidToken, ValueError):
+                return None
+        if payload is None:
+            return None
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        text = data.get("text") if isinstance(data, dict) and data.get("v") == 1 else None
+        return text if isinstance(text, str) else None
+
+
+# The process-wide sealer behind ``encrypt_reasoning``/``decrypt_reasoning``; ``create_app`` sets its key.
+_sealer = ReasoningSealer()
+
+
+def configure_reasoning_key(secret: str | bytes | None) -> ReasoningSealer:
+    """Use ``secret`` (None: a fresh random key) for every blob sealed or opened from now on."""
+    global _sealer
+    _sealer = ReasoningSealer(secret)
+    return _sealer
+
+
+def encrypt_reasoning(text: str) -> str:
+    return _sealer.seal(text)
+
+
+def decrypt_reasoning(blob: object) -> str | None:
+    """The reasoning text in an ``encrypted_content`` blob this server made, or None."""
+    return _sealer.open(blob)

@@ -1,0 +1,107 @@
+"""The ASGI response for a ``ResponseRun``: SSE or one JSON body, cancelled when the client goes away.
+
+Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that the protocol needs:
+
+- the engine's first item is awaited *before* ``http.response.start``, so that an engine refusing the
+  request is still an HTTP error (``errors.to_api_error``), never a half-started stream;
+- ``http.disconnect`` is watched in a sibling task for the whole run, streamed or not, and cancels the
+  generation: the engine stream is closed at once (pitfalls.md #49);
+- the body ends right after the terminal event (Codex acts on completion only when the stream ends),
+  and each write holds whole events only (a chunk's events share one write).
+
+SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:`` line, no ``id:``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import anyio.lowlevel
+from starlette.types import Receive, Scope, Send
+
+from ..sse import encode_event
+from .errors import error_response, json_response
+from .run import ResponseRun
+
+__all__ = ["RunResponse"]
+
+logger = logging.getLogger("harmony_responses.api")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    # Proxies such as nginx buffer responses unless told not to; SSE must flow event by event.
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class RunResponse:
+    """Serve ``run`` as SSE (``stream`` true) or as the final Response object in JSON."""
+
+    def __init__(self, run: ResponseRun, *, stream: bool) -> None:
+        self.run = run
+        self.stream = stream
+        self.disconnected = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
+            try:
+                await self._respond(scope, receive, send)
+            finally:
+                # Shielded: on disconnect this runs inside a cancelled scope, and closing the engine
+                # stream is exactly what must still happen then.
+                with anyio.CancelScope(shield=True):
+                    await self.run.aclose()
+                group.cancel_scope.cancel()
+
+    async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        # The endpoint has read the whole body, so the next message can only be http.disconnect.
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                scope.cancel()
+                return
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.run.start()
+        except Exception as exc:
+            # Nothing is on the wire yet: an ordinary JSON error (503 for an engine that refuses).
+            await error_response(exc, method=scope.get("method", ""), path=scope.get("path", ""))(scope, receive, send)
+            return
+        if self.stream:
+            await self._send_events(send)
+        else:
+            await self._send_json(scope, receive, send)
+
+    async def _send_events(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        try:
+            async for batch in self.run.batches():
+                body = b"".join([encode_event(event) for event in batch])
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                # uvicorn's send returns without suspending while the socket takes the bytes, so an engine
+                # that never waits (replay at zero delay) would starve the disconnect watcher and the other
+                # streams: yield to the event loop once per write.
+                await anyio.lowlevel.checkpoint()
+        except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
+            self.disconnected = True
+            return
+        except Exception:
+            # A bug after the stream started: the status is sent, so all we can do is end the body.
+            logger.exception("response stream failed after it started")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async for _ in self.run.batches():
+                await anyio.lowlevel.checkpoint()  # as in _send_events: let a disconnect be noticed
+        except Exception as exc:
+            response = error_response(exc)
+        else:
+            final = self.run.final
+            response = json_response(final) if final is not None else error_response(RuntimeError("no final"))
+        await response(scope, receive, send)

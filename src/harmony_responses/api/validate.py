@@ -1,0 +1,586 @@
+"""Request validation for ``POST /v1/responses``, worded as the API words it (responses-protocol.md §7).
+
+``validate_request(body)`` checks the request surface this module owns — every top-level parameter's type,
+range and enum, tool declarations, ``tool_choice``, ``text.format`` and strict schemas — and returns the
+few values the endpoint acts on (``RequestOptions``). What an input item means is render's business
+(it raises ``RenderError`` naming ``input[i]…``); here an item only has to be an object.
+
+Rules the API follows and so do we: unknown top-level fields are ignored (Codex sends ``client_metadata``);
+``null`` is accepted for every optional field; ``bool`` is never an integer. Messages follow the API's
+patterns: ``Missing required parameter: 'model'.``, ``Invalid type for 'top_p': expected a decimal, but
+got a string instead.``, ``Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16,
+but got 1 instead.``, ``Invalid value: 'x'. Supported values are: 'auto' and 'disabled'.``
+
+Features that belong to later issues are refused with a clear 400 rather than silently ignored:
+``previous_response_id``, ``background: true``, ``conversation``, ``prompt`` templates, and built-in tools
+the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations are the exception: Codex
+sends ``{"type": "web_search", "external_web_access": false}`` with every request, so they are accepted,
+echoed, and not offered to the model (see ``MODEL_HIDDEN_TOOL_TYPES``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import APIError
+from .schema import SchemaProblem, check_json_schema, strict_schema_problem
+
+__all__ = [
+    "INCLUDABLE",
+    "MODEL_HIDDEN_TOOL_TYPES",
+    "REASONING_EFFORTS",
+    "RequestOptions",
+    "validate_request",
+]
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+REASONING_SUMMARIES = ("auto", "concise", "detailed")
+INCLUDABLE = (
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+)
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
+
+# Accepted in ``tools`` but neither rendered for the model nor mapped to items until the built-in tools
+# issue lands: Codex declares web_search on every request and must not get a 400 for it.
+MODEL_HIDDEN_TOOL_TYPES = frozenset(
+    {"web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11"}
+)
+# Tool types the API defines that this server cannot run (yet): a clear 400 naming ``tools[i].type``.
+UNSUPPORTED_TOOL_TYPES = frozenset(
+    {
+        "code_interpreter",
+        "mcp",
+        "file_search",
+        "image_generation",
+        "computer_use_preview",
+        "computer",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "custom",
+        "tool_search",
+        "programmatic_tool_calling",
+        "browser_search",
+    }
+)
+SUPPORTED_TOOL_TYPES = ("function", "namespace", *sorted(MODEL_HIDDEN_TOOL_TYPES))
+
+# The API's pattern for function and response-format names.
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
+MAX_NAME_LENGTH = 64
+MIN_OUTPUT_TOKENS = 16
+MAX_TOP_LOGPROBS = 20
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestOptions:
+    """What the endpoint acts on, read from a valid request.
+
+    ``top_logprobs`` is None unless ``include`` asks for ``message.output_text.logprobs``; then it is the
+    request's ``top_logprobs`` (default 0). ``strict_schema`` is ``(name, schema)`` for a strict
+    ``json_schema`` format, whose final answer the server checks.
+    """
+
+    model: str
+    stream: bool
+    max_output_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_logprobs: int | None
+    encrypted_reasoning: bool
+    truncation: str
+    response_schema: dict[str, Any] | None
+    strict_schema: tuple[str, dict[str, Any]] | None
+
+
+# ---------------------------------------------------------------------------------------- wording
+
+
+def _kind(value: object) -> str:
+    """The API's name for a JSON value's type, with its article."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() and abs(value) < 1e16 else str(value)
+
+
+def _invalid_type(param: str, expected: str, value: object) -> APIError:
+    return APIError(
+        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _missing(param: str) -> APIError:
+    return APIError(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+
+
+def _quote_list(values: Sequence[str]) -> str:
+    quoted = [f"'{v}'" for v in values]
+    if len(quoted) <= 2:
+        return " and ".join(quoted)
+    return ", ".join(quoted[:-1]) + ", and " + quoted[-1]
+
+
+def _invalid_value(param: str, value: object, supported: Sequence[str]) -> APIError:
+    shown = value if isinstance(value, str) else repr(value)
+    return APIError(
+        f"Invalid value: '{shown}'. Supported values are: {_quote_list(supported)}.",
+        param=param,
+        code="invalid_value",
+    )
+
+
+def _unsupported(param: str, message: str) -> APIError:
+    return APIError(message, param=param, code="unsupported_parameter")
+
+
+# ---------------------------------------------------------------------------------------- primitives
+
+
+def _opt_str(body: Mapping[str, Any], key: str, param: str | None = None) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _invalid_type(param or key, "a string", value)
+    return value
+
+
+def _opt_bool(body: Mapping[str, Any], key: str, param: str | None = None) -> bool | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _invalid_type(param or key, "a boolean", value)
+    return value
+
+
+def _opt_object(body: Mapping[str, Any], key: str, param: str | None = None) -> dict[str, Any] | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise _invalid_type(param or key, "an object", value)
+    return value
+
+
+def _opt_array(body: Mapping[str, Any], key: str, param: str | None = None) -> list[Any] | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, list):
+        raise _invalid_type(param or key, "an array", value)
+    return value
+
+
+def _opt_enum(body: Mapping[str, Any], key: str, supported: Sequence[str], param: str | None = None) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _invalid_type(param or key, "a string", value)
+    if value not in supported:
+        raise _invalid_value(param or key, value, supported)
+    return value
+
+
+def _opt_int(
+    body: Mapping[str, Any], key: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid_type(key, "an integer", value)
+    if minimum is not None and value < minimum:
+        raise APIError(
+            f"Invalid '{key}': integer below minimum value. Expected a value >= {minimum}, but got {value} instead.",
+            param=key,
+            code="integer_below_min_value",
+        )
+    if maximum is not None and value > maximum:
+        raise APIError(
+            f"Invalid '{key}': integer above maximum value. Expected a value <= {maximum}, but got {value} instead.",
+            param=key,
+            code="integer_above_max_value",
+        )
+    return value
+
+
+def _opt_decimal(body: Mapping[str, Any], key: str, *, minimum: float, maximum: float) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _invalid_type(key, "a decimal", value)
+    if math.isnan(value) or value < minimum:
+        raise APIError(
+            f"Invalid '{key}': decimal below minimum value. Expected a value >= {_number(minimum)}, "
+            f"but got {_number(value)} instead.",
+            param=key,
+            code="decimal_below_min_value",
+        )
+    if value > maximum:
+        raise APIError(
+            f"Invalid '{key}': decimal above maximum value. Expected a value <= {_number(maximum)}, "
+            f"but got {_number(value)} instead.",
+            param=key,
+            code="decimal_above_max_value",
+        )
+    return float(value)
+
+
+def _check_name(value: object, param: str) -> str:
+    if value is None:
+        raise _missing(param)
+    if not isinstance(value, str):
+        raise _invalid_type(param, "a string", value)
+    if len(value) > MAX_NAME_LENGTH:
+        raise APIError(
+            f"Invalid '{param}': string too long. Expected a string with maximum length {MAX_NAME_LENGTH}, "
+            f"but got a string with length {len(value)} instead.",
+            param=param,
+            code="string_above_max_length",
+        )
+    if not NAME_PATTERN.match(value):
+        raise APIError(
+            f"Invalid '{param}': string does not match pattern. Expected a string that matches the pattern "
+            f"'{NAME_PATTERN.pattern}'.",
+            param=param,
+            code="invalid_value",
+        )
+    return value
+
+
+# ---------------------------------------------------------------------------------------- parameters
+
+
+def _check_metadata(body: Mapping[str, Any]) -> None:
+    metadata = _opt_object(body, "metadata")
+    if metadata is None:
+        return
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise APIError(
+            f"Invalid 'metadata': too many properties. Expected an object with at most {MAX_METADATA_PAIRS} "
+            f"properties, but got an object with {len(metadata)} properties instead.",
+            param="metadata",
+            code="object_above_max_properties",
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY:
+            raise APIError(
+                f"Invalid 'metadata': key too long. Expected keys with maximum length {MAX_METADATA_KEY}, "
+                f"but got a key with length {len(key)} instead.",
+                param="metadata",
+                code="string_above_max_length",
+            )
+        param = f"metadata.{key}"
+        if not isinstance(value, str):
+            raise _invalid_type(param, "a string", value)
+        if len(value) > MAX_METADATA_VALUE:
+            raise APIError(
+                f"Invalid '{param}': string too long. Expected a string with maximum length {MAX_METADATA_VALUE}, "
+                f"but got a string with length {len(value)} instead.",
+                param=param,
+                code="string_above_max_length",
+            )
+
+
+def _check_function(tool: Mapping[str, Any], param: str) -> str:
+    name = _check_name(tool.get("name"), f"{param}.name")
+    _opt_str(tool, "description", f"{param}.description")
+    strict = _opt_bool(tool, "strict", f"{param}.strict")
+    parameters = _opt_object(tool, "parameters", f"{param}.parameters")
+    if parameters is not None:
+        _schema_error(check_json_schema(parameters), f"Invalid schema for function '{name}'", param, "parameters")
+        if strict:
+            _schema_error(
+                strict_schema_problem(parameters),
+                f"Invalid schema for function '{name}'",
+                param,
+                "parameters",
+                code="invalid_function_parameters",
+            )
+    return name
+
+
+def _schema_error(
+    problem: SchemaProblem | None, prefix: str, param: str, field: str, *, code: str = "invalid_json_schema"
+) -> None:
+    if problem is not None:
+        raise APIError(f"{prefix}: {problem}", param=f"{param}.{field}", code=code)
+
+
+def _check_tools(body: Mapping[str, Any]) -> set[str]:
+    """Validate ``tools``; returns the function names the model may call (namespaced as ``ns.name`` too)."""
+    tools = _opt_array(body, "tools")
+    names: set[str] = set()
+    for i, tool in enumerate(tools or ()):
+        param = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise _invalid_type(param, "an object", tool)
+        kind = tool.get("type")
+        if kind is None:
+            raise _missing(f"{param}.type")
+        if not isinstance(kind, str):
+            raise _invalid_type(f"{param}.type", "a string", kind)
+        if kind == "function":
+            names.add(_check_function(tool, param))
+        elif kind == "namespace":
+            namespace = tool.get("name")
+            if namespace is None:
+                raise _missing(f"{param}.name")
+            if not isinstance(namespace, str) or not namespace:
+                raise _invalid_type(f"{param}.name", "a string", namespace)
+            _opt_str(tool, "description", f"{param}.description")
+            inner = _opt_array(tool, "tools", f"{param}.tools")
+            for j, member in enumerate(inner or ()):
+                member_param = f"{param}.tools[{j}]"
+                if not isinstance(member, dict):
+                    raise _invalid_type(member_param, "an object", member)
+                if member.get("type", "function") != "function":
+                    raise APIError(
+                        f"Invalid value for '{member_param}.type': this server supports only 'function' tools "
+                        f"inside a namespace, got {member.get('type')!r}.",
+                        param=f"{member_param}.type",
+                        code="unsupported_value",
+                    )
+                function = _check_function(member, member_param)
+                names.update((function, f"{namespace}.{function}"))
+        elif kind in MODEL_HIDDEN_TOOL_TYPES:
+            pass
+        elif kind in UNSUPPORTED_TOOL_TYPES:
+            raise APIError(
+                f"Invalid value for '{param}.type': '{kind}' tools are not supported by this server yet "
+                f"(built-in tool execution is not implemented). Supported tool types: "
+                f"{_quote_list(SUPPORTED_TOOL_TYPES)}; web_search tools are accepted but not offered to the model.",
+                param=f"{param}.type",
+                code="unsupported_value",
+            )
+        else:
+            raise _invalid_value(f"{param}.type", kind, SUPPORTED_TOOL_TYPES)
+    return names
+
+
+def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise _invalid_value("tool_choice", choice, ("none", "auto", "required"))
+        if choice == "required" and not functions:
+            raise APIError(
+                "Tool choice 'required' must be specified with 'tools' parameter that declares at least one function.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return
+    if not isinstance(choice, dict):
+        raise _invalid_type("tool_choice", "a string or an object", choice)
+    kind = choice.get("type")
+    if kind is None:
+        raise _missing("tool_choice.type")
+    if kind == "function":
+        name = choice.get("name")
+        if name is None:
+            raise _missing("tool_choice.name")
+        if not isinstance(name, str):
+            raise _invalid_type("tool_choice.name", "a string", name)
+        namespace = choice.get("namespace")
+        qualified = f"{namespace}.{name}" if isinstance(namespace, str) else name
+        if qualified not in functions:
+            raise APIError(
+                f"Tool choice 'function' with name '{qualified}' not found in 'tools' parameter.",
+                param="tool_choice.name",
+                code="invalid_value",
+            )
+    elif kind == "allowed_tools":
+        mode = choice.get("mode")
+        if mode is None:
+            raise _missing("tool_choice.mode")
+        if mode not in ("auto", "required"):
+            raise _invalid_value("tool_choice.mode", mode, ("auto", "required"))
+        allowed = choice.get("tools")
+        if allowed is None:
+            raise _missing("tool_choice.tools")
+        if not isinstance(allowed, list):
+            raise _invalid_type("tool_choice.tools", "an array", allowed)
+        for i, tool in enumerate(allowed):
+            if not isinstance(tool, dict):
+                raise _invalid_type(f"tool_choice.tools[{i}]", "an object", tool)
+    elif isinstance(kind, str):
+        raise APIError(
+            f"Invalid value for 'tool_choice.type': '{kind}' cannot be forced on this server; use 'function' "
+            "or 'allowed_tools', or one of 'none', 'auto' and 'required'.",
+            param="tool_choice.type",
+            code="unsupported_value",
+        )
+    else:
+        raise _invalid_type("tool_choice.type", "a string", kind)
+
+
+def _check_text(body: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, dict[str, Any]] | None]:
+    """Validate ``text``; returns the json_schema (for the engine) and ``(name, schema)`` when strict."""
+    text = _opt_object(body, "text")
+    if text is None:
+        return None, None
+    _opt_enum(text, "verbosity", ("low", "medium", "high"), "text.verbosity")
+    fmt = _opt_object(text, "format", "text.format")
+    if fmt is None:
+        return None, None
+    kind = fmt.get("type")
+    if kind is None:
+        raise _missing("text.format.type")
+    if kind in ("text", "json_object"):
+        return None, None
+    if kind != "json_schema":
+        raise _invalid_value("text.format.type", kind, ("text", "json_object", "json_schema"))
+    name = _check_name(fmt.get("name"), "text.format.name")
+    _opt_str(fmt, "description", "text.format.description")
+    strict = _opt_bool(fmt, "strict", "text.format.strict")
+    schema = fmt.get("schema")
+    if schema is None:
+        raise _missing("text.format.schema")
+    if not isinstance(schema, dict):
+        raise _invalid_type("text.format.schema", "an object", schema)
+    prefix = f"Invalid schema for response_format '{name}'"
+    _schema_error(check_json_schema(schema), prefix, "text.format", "schema")
+    if strict:
+        _schema_error(strict_schema_problem(schema), prefix, "text.format", "schema")
+        return schema, (name, schema)
+    return schema, None
+
+
+def _check_include(body: Mapping[str, Any]) -> set[str]:
+    include = _opt_array(body, "include")
+    for i, value in enumerate(include or ()):
+        if not isinstance(value, str):
+            raise _invalid_type(f"include[{i}]", "a string", value)
+        if value not in INCLUDABLE:
+            raise _invalid_value(f"include[{i}]", value, INCLUDABLE)
+    return set(include or ())
+
+
+def _check_reasoning(body: Mapping[str, Any]) -> None:
+    reasoning = _opt_object(body, "reasoning")
+    if reasoning is None:
+        return
+    _opt_enum(reasoning, "effort", REASONING_EFFORTS, "reasoning.effort")
+    _opt_enum(reasoning, "summary", REASONING_SUMMARIES, "reasoning.summary")
+    _opt_enum(reasoning, "generate_summary", REASONING_SUMMARIES, "reasoning.generate_summary")
+
+
+def _check_later_features(body: Mapping[str, Any]) -> None:
+    """Parameters of the state and tools issues: refused clearly until those land."""
+    previous = _opt_str(body, "previous_response_id")
+    if previous is not None:
+        raise APIError(
+            f"Previous response with id '{previous}' not found. This server does not store responses yet: "
+            "send the whole conversation in 'input' instead of 'previous_response_id'.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    if _opt_bool(body, "background"):
+        raise _unsupported("background", "Background mode ('background': true) is not supported by this server yet.")
+    conversation = body.get("conversation")
+    if conversation is not None:
+        if not isinstance(conversation, str | dict):
+            raise _invalid_type("conversation", "a string or an object", conversation)
+        raise _unsupported(
+            "conversation",
+            "Conversations are not supported by this server yet: send the whole conversation in 'input'.",
+        )
+    if body.get("prompt") is not None:
+        raise _unsupported(
+            "prompt",
+            "Prompt templates ('prompt') are not supported by this server: send 'instructions' and 'input'.",
+        )
+
+
+def _check_input(body: Mapping[str, Any]) -> None:
+    value = body.get("input")
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        raise _invalid_type("input", "a string or an array of input items", value)
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _invalid_type(f"input[{i}]", "an object", item)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str | list):
+        raise _invalid_type("instructions", "a string or an array of input items", instructions)
+
+
+def validate_request(body: Any) -> RequestOptions:
+    """Check a ``POST /v1/responses`` body.
+
+    Raises:
+        APIError: 400 with the API's message, ``param`` and ``code`` for the first problem found.
+    """
+    if not isinstance(body, dict):
+        raise APIError(
+            f"Invalid body: expected a JSON object, but got {_kind(body)} instead.", param=None, code="invalid_type"
+        )
+    model = body.get("model")
+    if model is None:
+        raise _missing("model")
+    if not isinstance(model, str):
+        raise _invalid_type("model", "a string", model)
+
+    stream = _opt_bool(body, "stream")
+    _opt_object(body, "stream_options")
+    _check_input(body)
+    _check_later_features(body)
+    functions = _check_tools(body)
+    _check_tool_choice(body, functions)
+    _opt_bool(body, "parallel_tool_calls")
+    max_output_tokens = _opt_int(body, "max_output_tokens", minimum=MIN_OUTPUT_TOKENS)
+    _opt_int(body, "max_tool_calls", minimum=0)
+    temperature = _opt_decimal(body, "temperature", minimum=0.0, maximum=2.0)
+    top_p = _opt_decimal(body, "top_p", minimum=0.0, maximum=1.0)
+    top_logprobs = _opt_int(body, "top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
+    _check_reasoning(body)
+    response_schema, strict_schema = _check_text(body)
+    include = _check_include(body)
+    truncation = _opt_enum(body, "truncation", ("auto", "disabled"))
+    _opt_bool(body, "store")
+    _check_metadata(body)
+    for key in ("user", "safety_identifier", "prompt_cache_key", "service_tier"):
+        _opt_str(body, key)
+    _opt_enum(body, "prompt_cache_retention", ("in_memory", "24h"))
+
+    return RequestOptions(
+        model=model,
+        stream=bool(stream),
+        max_output_tokens=max_output_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_logprobs=(top_logprobs or 0) if LOGPROBS_INCLUDE in include else None,
+        encrypted_reasoning=ENCRYPTED_REASONING_INCLUDE in include,
+        truncation=truncation or "disabled",
+        response_schema=response_schema,
+        strict_schema=strict_schema,
+    )
