@@ -1,0 +1,142 @@
+"""Codex CLI (``@openai/codex``, pinned in package.json) driving the real server with a scripted model.
+
+Each test gives Codex a fresh ``CODEX_HOME`` whose ``config.toml`` points a custom provider
+(``wire_api = "responses"``) at the server, with retries off so that a server error shows at once, and runs
+``codex exec`` non-interactively (stdin from /dev/null) in an empty temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .conftest import MODEL, RecordingProxy
+
+CODEX_TIMEOUT = 90  # seconds for one `codex exec`; each of these runs takes 1-3 s
+
+CONFIG_TOML = """\
+model = "{model}"
+model_provider = "harmony"
+
+[model_providers.harmony]
+name = "harmony-responses"
+base_url = "{base_url}/v1"
+env_key = "HARMONY_TEST_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+stream_idle_timeout_ms = 20000
+"""
+
+ANSWER = {"harmony": "<|channel|>analysis<|message|>The user wants one word.<|end|>"
+          "<|start|>assistant<|channel|>final<|message|>ready<|return|>"}  # fmt: skip
+
+
+@dataclass
+class CodexRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"exit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+
+
+@pytest.fixture
+def run_codex(codex: Path, tmp_path: Path) -> Callable[[str, str], CodexRun]:
+    """``run_codex(base_url, prompt)``: one ``codex exec`` against the server at ``base_url``."""
+
+    def _run(base_url: str, prompt: str) -> CodexRun:
+        home = tmp_path / "codex-home"
+        home.mkdir(exist_ok=True)
+        (home / "config.toml").write_text(CONFIG_TOML.format(model=MODEL, base_url=base_url))
+        workdir = tmp_path / "work"
+        workdir.mkdir(exist_ok=True)
+        # Nothing from the developer's own Codex or OpenAI setup leaks in.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))}
+        env |= {"CODEX_HOME": str(home), "HARMONY_TEST_KEY": "test-key", "NO_COLOR": "1"}
+        proc = subprocess.run(
+            [str(codex), "exec", "--skip-git-repo-check", "--ephemeral", "--strict-config", "--color", "never", prompt],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            cwd=workdir,
+            env=env,
+            timeout=CODEX_TIMEOUT,
+        )
+        return CodexRun(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+
+    return _run
+
+
+def test_codex_direct_answer(serve, replay_script, recording_proxy, run_codex) -> None:
+    server = serve(replay_script([ANSWER]))
+    proxy: RecordingProxy = recording_proxy(server)
+
+    run = run_codex(proxy.base_url, "Reply with the single word: ready")
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "ready", run
+    [body] = proxy.bodies()
+    assert body["model"] == MODEL
+    assert body["stream"] is True
+    assert body["input"][-1]["content"][-1]["text"] == "Reply with the single word: ready"
+    # The server accepted all the tool types Codex declares.
+    assert {tool["type"] for tool in body["tools"]} >= {"function", "namespace", "web_search"}
+
+
+def test_codex_runs_shell_tool_then_answers(serve, replay_script, recording_proxy, run_codex) -> None:
+    script = replay_script(
+        [
+            {
+                "harmony": "<|channel|>analysis<|message|>I should run echo.<|end|>"
+                "<|start|>assistant<|channel|>commentary to=functions.exec_command <|constrain|>json"
+                '<|message|>{"cmd": "echo hi-from-tool"}<|call|>',
+                "chunk": 3,
+            },
+            {
+                "harmony": "<|channel|>analysis<|message|>The command printed hi-from-tool.<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>The tool said hi-from-tool.<|return|>",
+                "chunk": 2,
+            },
+        ]
+    )
+    proxy: RecordingProxy = recording_proxy(serve(script))
+
+    run = run_codex(proxy.base_url, "Run `echo hi-from-tool` and tell me what it printed.")
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "The tool said hi-from-tool.", run
+
+    # Codex really ran the command and sent its output back on the second turn, after replaying our
+    # reasoning and function call with the ids we streamed.
+    first, second = proxy.bodies()
+    assert "exec_command" in json.dumps(first["tools"])
+    new_items = second["input"][len(first["input"]) :]
+    by_type = {item["type"]: item for item in new_items}
+    assert set(by_type) >= {"reasoning", "function_call", "function_call_output"}, new_items
+    call, output = by_type["function_call"], by_type["function_call_output"]
+    assert call["name"] == "exec_command"
+    assert json.loads(call["arguments"]) == {"cmd": "echo hi-from-tool"}
+    assert output["call_id"] == call["call_id"]
+    text = output["output"] if isinstance(output["output"], str) else json.dumps(output["output"])
+    assert "hi-from-tool" in text and "exited with code 0" in text, output
+    reasoning = by_type["reasoning"]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "I should run echo."}]
+    # Codex asks for include=["reasoning.encrypted_content"]: the sealed blob made the round trip.
+    assert isinstance(reasoning["encrypted_content"], str) and reasoning["encrypted_content"], reasoning
+
+
+def test_codex_reports_length_cut(serve, replay_script, run_codex) -> None:
+    cut = {"harmony": "<|channel|>analysis<|message|>Let me think about this at", "finish": "length"}
+    server = serve(replay_script([cut]))
+
+    run = run_codex(server, "Reply with the single word: ready")
+
+    assert run.returncode != 0, run
+    assert "Incomplete response returned, reason: max_output_tokens" in run.stdout + run.stderr, run
