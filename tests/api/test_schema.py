@@ -1,0 +1,99 @@
+"""``api.schema``: strict-mode rules, answer checking, and the fallback checker agreeing with jsonschema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harmony_responses.api import schema as schema_module
+from harmony_responses.api.schema import check_json_schema, instance_problem, strict_schema_problem
+
+PERSON: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+        "pet": {"anyOf": [{"$ref": "#/$defs/pet"}, {"type": "null"}]},
+        "kind": {"const": "person"},
+    },
+    "required": ["name", "age", "tags", "pet", "kind"],
+    "additionalProperties": False,
+    "$defs": {
+        "pet": {
+            "type": "object",
+            "properties": {"species": {"type": "string"}},
+            "required": ["species"],
+            "additionalProperties": False,
+        }
+    },
+}
+VALID = {"name": "Ann", "age": 3, "tags": ["a"], "pet": {"species": "cat"}, "kind": "person"}
+INSTANCES: list[Any] = [
+    VALID,
+    {**VALID, "pet": None},
+    {**VALID, "age": 3.0},  # JSON Schema: 3.0 is an integer
+    {**VALID, "age": "3"},
+    {**VALID, "age": True},
+    {**VALID, "tags": ["c"]},
+    {**VALID, "pet": {"species": 1}},
+    {**VALID, "pet": {}},
+    {**VALID, "extra": 1},
+    {k: v for k, v in VALID.items() if k != "name"},
+    {**VALID, "kind": "robot"},
+    [],
+    "text",
+]
+
+
+def test_strict_schema_accepts_a_compliant_schema() -> None:
+    assert check_json_schema(PERSON) is None
+    assert strict_schema_problem(PERSON) is None
+
+
+def test_strict_schema_finds_problems_in_defs_and_any_of() -> None:
+    loose_def = {**PERSON, "$defs": {"pet": {"type": "object", "properties": {"species": {"type": "string"}}}}}
+    assert strict_schema_problem(loose_def) == (
+        "In context=('$defs', 'pet'), 'additionalProperties' is required to be supplied and to be false."
+    )
+    loose_any = {
+        **PERSON,
+        "properties": {**PERSON["properties"], "pet": {"anyOf": [{"type": "object", "properties": {}}]}},
+    }
+    assert strict_schema_problem(loose_any) == (
+        "In context=('properties', 'pet', 'anyOf', 0), 'additionalProperties' is required to be supplied and to be "
+        "false."
+    )
+
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_fallback_agrees_with_jsonschema(instance: Any) -> None:
+    with_jsonschema = instance_problem(instance, PERSON)
+    fallback = schema_module._fallback_problem(instance, PERSON, PERSON, "")
+    assert (with_jsonschema is None) == (fallback is None), (with_jsonschema, fallback)
+
+
+def test_without_jsonschema(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schema_module, "jsonschema", None)
+    schema_module._check_cached.cache_clear()
+    try:
+        assert check_json_schema({"type": "objekt"}) is None  # no metaschema check without jsonschema
+        assert instance_problem(VALID, PERSON) is None
+        assert instance_problem({**VALID, "extra": 1}, PERSON) == (
+            "Additional properties are not allowed ('extra' was unexpected)"
+        )
+        assert instance_problem({**VALID, "pet": {"species": 1}}, PERSON) is not None
+    finally:
+        schema_module._check_cached.cache_clear()
+
+
+def test_deep_values_are_refused_not_crashed_on() -> None:
+    deep: Any = {}
+    for _ in range(2000):
+        deep = {"items": deep}
+    assert "nested more than" in (check_json_schema(deep) or "")
+    value: Any = []
+    for _ in range(2000):
+        value = [value]
+    assert "nested more than" in (instance_problem(value, {"type": "array"}) or "")
