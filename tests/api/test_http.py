@@ -232,10 +232,11 @@ def test_disconnect_cancels_a_non_streaming_request(serve: Serve) -> None:
 def test_many_concurrent_streams(serve: Serve) -> None:
     live = serve([{"harmony": ANSWER, "delay_ms": 2}])
     results: list[str] = []
+    client = httpx.Client(timeout=20)  # one pool: creating 16 clients costs more than the streams
 
     def one() -> None:
-        events = sse_events(post(live, {"model": MODEL, "input": "Hi", "stream": True}).content)
-        results.append(events[-1]["response"]["output"][-1]["content"][0]["text"])
+        response = client.post(f"{live.base_url}/responses", json={"model": MODEL, "input": "Hi", "stream": True})
+        results.append(sse_events(response.content)[-1]["response"]["output"][-1]["content"][0]["text"])
 
     threads = [threading.Thread(target=one) for _ in range(16)]
     started = time.monotonic()
@@ -243,5 +244,15 @@ def test_many_concurrent_streams(serve: Serve) -> None:
         t.start()
     for t in threads:
         t.join(20)
+    client.close()
     assert results == ["Hello there!"] * 16
     assert time.monotonic() - started < 10
+
+
+def test_a_renderer_crash_is_still_a_400(shared_server: Live) -> None:
+    # A role that is not a string once crashed the renderer with a TypeError; whatever the renderer does
+    # with odd input, the client gets a 400 and never a 500.
+    body = {"model": MODEL, "input": [{"type": "message", "role": ["user"], "content": "Hi"}]}
+    response = post(shared_server, body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from ..engine import Engine, GenerateRequest
 from ..ids import random_id
-from ..render import render_request
+from ..render import RenderError, render_request
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
 from .config import Config
@@ -36,6 +37,8 @@ from .streaming import RunResponse
 from .validate import MODEL_HIDDEN_TOOL_TYPES, RequestOptions, validate_request
 
 __all__ = ["Services", "create_response", "model_not_found", "read_json_body"]
+
+logger = logging.getLogger("harmony_responses.api")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +126,19 @@ def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer) -> dict[str, A
 
 def _render(request: dict[str, Any], *, config: Config) -> Any:
     current_date = config.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
-    return render_request(request, current_date=current_date, knowledge_cutoff=config.knowledge_cutoff)
+    try:
+        return render_request(request, current_date=current_date, knowledge_cutoff=config.knowledge_cutoff)
+    except RenderError:
+        raise
+    except Exception as exc:
+        # The renderer should answer every bad request with RenderError; anything else is its bug, but
+        # still caused by this request's content, so the client gets a 400 (never a 500) and we get the
+        # traceback in the log.
+        logger.exception("render_request failed with an unexpected exception; answering 400")
+        raise APIError(
+            f"The request could not be rendered into the model's prompt format ({type(exc).__name__}: {exc}).",
+            code="invalid_value",
+        ) from exc
 
 
 async def create_response(request: Request) -> RunResponse:
