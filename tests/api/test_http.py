@@ -256,3 +256,14 @@ def test_a_renderer_crash_is_still_a_400(shared_server: Live) -> None:
     response = post(shared_server, body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_malformed_engine_chunk_fails_in_band(serve: Serve) -> None:
+    async def handler(request: GenerateRequest) -> EngineStream:
+        yield TokenChunk(token_ids=_tokens("<|channel|>final<|message|>Hi"), logprobs=[])  # one logprob short
+        yield EngineEnd(reason="stop")
+
+    live = serve(_engine(handler))
+    events = sse_events(post(live, {"model": MODEL, "input": "Hi", "stream": True}).content)
+    assert events[-1]["type"] == "response.failed"
+    assert "malformed chunk" in events[-1]["response"]["error"]["message"]

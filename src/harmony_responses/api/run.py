@@ -28,7 +28,7 @@ import orjson
 
 from ..engine import Engine, EngineStream, GenerateRequest
 from ..tokens import EngineEnd, TokenChunk
-from ..translate import Translator
+from ..translate import LocalProtocolError, Translator
 from .schema import instance_problem
 from .sealed import ReasoningSealer
 
@@ -73,6 +73,10 @@ class ResponseRun:
         self._sealed: dict[str, str] = {}
         self.final: dict[str, Any] | None = None
 
+    @property
+    def request_id(self) -> str | None:
+        return self._request.request_id
+
     async def start(self) -> None:
         """Call the engine and wait for its first item.
 
@@ -102,7 +106,11 @@ class ResponseRun:
         yield self._finish(t.events())  # response.created, response.in_progress, prefilled items
         while True:
             if isinstance(item, TokenChunk):
-                t.receive_tokens(item.token_ids, item.logprobs)
+                try:
+                    t.receive_tokens(item.token_ids, item.logprobs)
+                except LocalProtocolError as exc:  # e.g. a logprobs list that does not match the tokens
+                    t.receive_end("error", f"the engine sent a malformed chunk: {exc.message}")
+                    break
             elif isinstance(item, EngineEnd):
                 t.receive_usage(prompt_tokens=item.prompt_tokens, cached_tokens=item.cached_tokens)
                 t.receive_end(item.reason, item.message)
@@ -157,6 +165,14 @@ class ResponseRun:
                     events[-1:] = self._fail_schema(last, problem)
                     response = events[-1]["response"]
             self.final = response
+            usage = response.get("usage") or {}
+            logger.info(
+                "%s %s: %s input / %s output tokens",
+                response["id"],
+                response["status"],
+                usage.get("input_tokens"),
+                usage.get("output_tokens"),
+            )
         return events
 
     def _seal(self, item: dict[str, Any]) -> None:

@@ -62,6 +62,8 @@ class RunResponse:
             message = await receive()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
+                if self.run.final is None:
+                    logger.info("client disconnected: generation of %s cancelled", self.run.request_id)
                 scope.cancel()
                 return
 
