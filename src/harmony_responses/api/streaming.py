@@ -14,7 +14,9 @@ SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:``
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 
 import anyio
 import anyio.lowlevel
@@ -27,6 +29,9 @@ from .run import ResponseRun
 __all__ = ["RunResponse"]
 
 logger = logging.getLogger("harmony_responses.api")
+
+# The longest a stream keeps the event loop to itself when its engine never waits (see _send_events).
+YIELD_INTERVAL = 0.002
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -81,14 +86,21 @@ class RunResponse:
 
     async def _send_events(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        clock = time.monotonic
+        last_yield = clock()
         try:
-            async for batch in self.run.batches():
-                body = b"".join([encode_event(event) for event in batch])
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-                # uvicorn's send returns without suspending while the socket takes the bytes, so an engine
-                # that never waits (replay at zero delay) would starve the disconnect watcher and the other
-                # streams: yield to the event loop once per write.
-                await anyio.lowlevel.checkpoint()
+            async with contextlib.aclosing(self.run.batches()) as batches:
+                async for batch in batches:
+                    body = b"".join([encode_event(event) for event in batch])
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    # uvicorn's send returns without suspending while the socket takes the bytes, so an
+                    # engine that never waits (replay at zero delay) would starve the disconnect watcher and
+                    # the other streams. A checkpoint per write costs more than the write itself (a whole
+                    # event-loop turn), so yield once every YIELD_INTERVAL seconds of uninterrupted sending.
+                    now = clock()
+                    if now - last_yield >= YIELD_INTERVAL:
+                        await anyio.lowlevel.checkpoint()
+                        last_yield = clock()
         except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
             self.disconnected = True
             return
@@ -99,8 +111,12 @@ class RunResponse:
 
     async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            async for _ in self.run.batches():
-                await anyio.lowlevel.checkpoint()  # as in _send_events: let a disconnect be noticed
+            async with contextlib.aclosing(self.run.batches()) as batches:
+                last_yield = time.monotonic()
+                async for _ in batches:
+                    if time.monotonic() - last_yield >= YIELD_INTERVAL:  # as in _send_events
+                        await anyio.lowlevel.checkpoint()
+                        last_yield = time.monotonic()
         except Exception as exc:
             response = error_response(exc)
         else:
