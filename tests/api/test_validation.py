@@ -141,7 +141,7 @@ BAD: list[tuple[str, dict[str, Any], int, str | None, str, str]] = [
     ("input type", {"input": 5}, 400, "input", "invalid_type", "expected a string or an array of input items"),
     ("input item type", {"input": ["hi"]}, 400, "input[0]", "invalid_type", "Invalid type for 'input[0]': expected an object"),
     ("input item render", {"input": [{"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]}, 400, "input[0].content[0]", None, ""),
-    ("instructions type", {"instructions": 3}, 400, "instructions", "invalid_type", ""),
+    ("instructions type", {"instructions": 3}, 400, "instructions", "invalid_type", "Invalid type for 'instructions': expected a string or an array of input items, but got an integer instead."),
     ("stream type", {"stream": "yes"}, 400, "stream", "invalid_type", "expected a boolean, but got a string"),
     ("max_output_tokens low", {"max_output_tokens": 1}, 400, "max_output_tokens", "integer_below_min_value",
      "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got 1 instead."),

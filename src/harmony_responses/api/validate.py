@@ -529,6 +529,9 @@ def _check_input(body: Mapping[str, Any]) -> None:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise _invalid_type(f"input[{i}]", "an object", item)
+
+
+def _check_instructions(body: Mapping[str, Any]) -> None:
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str | list):
         raise _invalid_type("instructions", "a string or an array of input items", instructions)
@@ -553,6 +556,7 @@ def validate_request(body: Any) -> RequestOptions:
     stream = _opt_bool(body, "stream")
     _opt_object(body, "stream_options")
     _check_input(body)
+    _check_instructions(body)
     _check_later_features(body)
     functions = _check_tools(body)
     _check_tool_choice(body, functions)
