@@ -117,9 +117,11 @@ class RecipientMap:
             if builtin is not None:
                 return builtin
             head, dot, tail = name.partition(".")
-            if dot and head in (self.namespaces or {}):
+            if dot and tail and head in (self.namespaces or {}):
                 return Target(ItemKind.FUNCTION_CALL, tail, head)
-            return Target(ItemKind.FUNCTION_CALL, name)
+            # ``to=functions.`` (the model stopped after a ``tool_choice: required`` prefill) names no function:
+            # keep what it wrote rather than a function_call whose name is "".
+            return Target(ItemKind.FUNCTION_CALL, name or recipient)
         builtin = self._declared(recipient)
         if builtin is not None:
             return builtin

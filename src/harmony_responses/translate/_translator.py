@@ -41,6 +41,7 @@ Event = dict[str, Any]
 # header: text without <|channel|> is treated as a message's content, anything else fails the response.
 MAX_HEADER_TOKENS = 128
 _MESSAGE_TOKEN = 200008
+_CHANNEL_TOKEN = 200005
 
 
 class _Sentinel:
@@ -372,6 +373,12 @@ class Translator:
             self._header = []
             self.state = next_state
         elif action is Action.HEADER_END:
+            if next_state is State.STOPPED and _CHANNEL_TOKEN in self._header:
+                # A stop token inside a header (``<|channel|>final Hello there<|return|>``, harmony.md §9.2):
+                # the model's words would be dropped while the response ends ``completed``. Fail naming the
+                # header instead, as _end does when the output ends inside a header.
+                self._model_error(f"the model's output ended inside a message header: {self._header_text()!r}")
+                return
             self._flush_headerless("completed")
             self._header = []
             self.state = next_state
@@ -429,11 +436,14 @@ class Translator:
     def _header_overflow(self) -> None:
         if self._headerless_text() is not None:
             # Long text without any header: the model skipped the header; its text is a message.
-            text = self._header_text()
-            self._header = []
+            header, self._header = self._header, []
             item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
-            item.parts.append(text)
-            self._emit_delta(item, text)
+            # Decode through the item's incremental decoder, not _header_text(): the last header token may end
+            # inside a multi-byte character that the next content token completes (it became U+FFFD before).
+            text = "".join(self._decoder.decode(token) for token in header)
+            if text:
+                item.parts.append(text)
+                self._emit_delta(item, text)
             self.state = State.CONTENT
             return
         self._model_error(

@@ -1,0 +1,122 @@
+"""RecipientMap: which output item a recipient becomes, decided by the request's declared tools (pitfalls.md #23)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harmony_responses.translate import ItemKind, RecipientMap, Target
+
+from .helpers import ALL_TOOLS, CODE_INTERPRETER_TOOL, FUNCTION_TOOL, MCP_TOOL, NAMESPACE_TOOL
+
+FC, CI, WS, MCP = ItemKind.FUNCTION_CALL, ItemKind.CODE_INTERPRETER, ItemKind.WEB_SEARCH, ItemKind.MCP_CALL
+
+
+def test_from_tools_reads_every_tool_type() -> None:
+    recipients = RecipientMap.from_tools(ALL_TOOLS)
+    assert recipients.functions == frozenset({"get_weather"})
+    assert recipients.namespaces == {"crm": frozenset({"lookup"})}
+    assert recipients.mcp_servers == frozenset({"deepwiki"})
+    assert recipients.code_interpreter and recipients.web_search
+    assert recipients.container_id == "cntr_fixed"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11", "browser_search"],
+)
+def test_every_web_search_tool_type_enables_the_browser(kind: str) -> None:
+    recipients = RecipientMap.from_tools([{"type": kind}])
+    assert recipients.resolve("browser.search") == Target(WS, "search", "browser")
+
+
+def test_from_tools_ignores_what_it_cannot_use() -> None:
+    recipients = RecipientMap.from_tools(
+        [
+            {"type": "function"},  # no name
+            {"type": "function", "name": 7},
+            {"type": "mcp"},  # no server label
+            {"type": "namespace", "name": "ns", "tools": [{"type": "function"}, "junk", {"name": "ok"}]},
+            {"type": "file_search", "vector_store_ids": []},
+            {"type": "custom", "name": "grammar_tool"},
+            {"type": "code_interpreter", "container": {"type": "auto", "file_ids": []}},
+        ]
+    )
+    assert recipients.functions == frozenset()
+    assert recipients.mcp_servers == frozenset()
+    assert recipients.namespaces == {"ns": frozenset({"ok"})}
+    assert recipients.code_interpreter and recipients.container_id is None  # auto: the translator makes one
+    assert RecipientMap.from_tools(None) == RecipientMap.from_tools([]) == RecipientMap(namespaces={})
+
+
+@pytest.mark.parametrize(
+    ("tools", "recipient", "target"),
+    [
+        # Function tools, declared or not: always a function_call named as the model wrote it.
+        ([FUNCTION_TOOL], "functions.get_weather", Target(FC, "get_weather")),
+        ([FUNCTION_TOOL], "functions.undeclared", Target(FC, "undeclared")),
+        ([], "functions.get_weather", Target(FC, "get_weather")),
+        ([], "send_email", Target(FC, "send_email")),
+        # Built-ins only when the request declared them (else: a function call named as written).
+        ([CODE_INTERPRETER_TOOL], "python", Target(CI, "python")),
+        ([FUNCTION_TOOL], "python", Target(FC, "python")),
+        ([{"type": "web_search"}], "browser.search", Target(WS, "search", "browser")),
+        ([{"type": "web_search"}], "browser.open", Target(WS, "open", "browser")),
+        ([{"type": "web_search"}], "browser.find", Target(WS, "find", "browser")),
+        ([{"type": "web_search"}], "browser.click", Target(FC, "browser.click")),
+        ([], "browser.search", Target(FC, "browser.search")),
+        # The model sometimes puts built-ins under functions.* (harmony.md §7.2).
+        ([CODE_INTERPRETER_TOOL], "functions.python", Target(CI, "python")),
+        ([{"type": "web_search"}], "functions.browser.search", Target(WS, "search", "browser")),
+        ([MCP_TOOL], "functions.deepwiki.ask_question", Target(MCP, "ask_question", "deepwiki")),
+        # …unless the client declared a function of that name, which then wins.
+        ([CODE_INTERPRETER_TOOL, {"type": "function", "name": "python"}], "functions.python", Target(FC, "python")),
+        # MCP: <server_label>.<tool>; python is never an MCP call (pitfalls.md #23).
+        ([MCP_TOOL], "deepwiki.ask_question", Target(MCP, "ask_question", "deepwiki")),
+        ([MCP_TOOL], "deepwiki.", Target(FC, "deepwiki.")),
+        ([MCP_TOOL], "deepwiki", Target(FC, "deepwiki")),
+        ([MCP_TOOL], "python", Target(FC, "python")),
+        ([MCP_TOOL], "other.ask_question", Target(FC, "other.ask_question")),
+        # Namespace function tools: N.f → function_call f in namespace N (harmony.md §4.2).
+        ([NAMESPACE_TOOL], "crm.lookup", Target(FC, "lookup", "crm")),
+        ([NAMESPACE_TOOL], "functions.crm.lookup", Target(FC, "lookup", "crm")),
+        ([NAMESPACE_TOOL], "crm.undeclared", Target(FC, "undeclared", "crm")),
+        # Recipients that name nothing: never a function_call whose name is "".
+        ([FUNCTION_TOOL], "functions.", Target(FC, "functions.")),
+        ([NAMESPACE_TOOL], "functions.crm.", Target(FC, "crm.")),
+        ([NAMESPACE_TOOL], "crm.", Target(FC, "crm.")),
+    ],
+)
+def test_resolve(tools: list[dict], recipient: str, target: Target) -> None:
+    assert RecipientMap.from_tools(tools).resolve(recipient) == target
+
+
+@pytest.mark.parametrize(
+    ("tools", "word", "is_tool"),
+    [
+        ([], "functions.anything", True),
+        ([], "python", False),
+        ([CODE_INTERPRETER_TOOL], "python", True),
+        ([], "browser.search", False),
+        ([{"type": "web_search"}], "browser.search", True),
+        ([{"type": "web_search"}], "browser.click", False),
+        ([MCP_TOOL], "deepwiki.ask_question", True),
+        ([NAMESPACE_TOOL], "crm.lookup", True),
+        (ALL_TOOLS, "json", False),
+        (ALL_TOOLS, "code", False),
+        (ALL_TOOLS, "get_weather", False),  # a bare function name without functions. is not a recipient
+    ],
+)
+def test_is_tool_name(tools: list[dict], word: str, is_tool: bool) -> None:
+    assert RecipientMap.from_tools(tools).is_tool_name(word) is is_tool
+
+
+def test_item_kinds() -> None:
+    assert {kind for kind in ItemKind if kind.is_builtin_tool} == {CI, WS, MCP}
+    assert {kind.value for kind in ItemKind} == {
+        "reasoning",
+        "message",
+        "function_call",
+        "code_interpreter_call",
+        "web_search_call",
+        "mcp_call",
+    }
