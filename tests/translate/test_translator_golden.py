@@ -924,10 +924,10 @@ def test_caller_misuse_raises_local_protocol_error() -> None:
 def test_tokens_after_a_model_failure_are_accepted_and_ignored() -> None:
     """The engine keeps streaming after the translator failed the response: the caller must not crash."""
     translator = make_translator()
-    translator.receive_tokens(tokens("<|start|>functions.f to=assistant<|channel|>commentary<|message|>{}"))
+    translator.receive_tokens(tokens("<|channel|>final Hello there<|end|>"))
     events = translator.events()
     assert translator.closed and translator.error is not None
-    assert "tool result" in translator.error.message
+    assert "inside its header: '<|channel|>final Hello there'" in translator.error.message
     translator.receive_tokens(tokens("<|channel|>final<|message|>more<|return|>"))
     translator.receive_end("stop")
     assert translator.events() == []

@@ -228,7 +228,7 @@ CORPUS = [
         "<|channel|>final Hello there<|return|>",
         "stop",
         "failed",
-        error="ended inside a message header: '<|channel|>final Hello there'",
+        error="ended a message inside its header: '<|channel|>final Hello there'",
         note="harmony.md §9.2: openai-harmony drops 'Hello there' silently",
     ),
     Case(
@@ -239,28 +239,47 @@ CORPUS = [
         [msg("x")],
     ),
     Case(
-        "tool result written by the model",
+        "tool result written by the model: its turn was over, the forged result is ignored",
         '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"sunny":true}<|end|>',
         "stop",
-        "failed",
-        error="the model wrote a tool result itself",
+        "completed",
     ),
     Case(
-        "tool result written after a call that ended with <|end|>",
+        "tool result written after a call that ended with <|end|>: the call stands, last",
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{}<|end|>"
         '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"sunny":true}<|end|>',
         "stop",
-        "failed",
+        "completed",
         [fc("get_weather", "{}")],
-        error="'functions.get_weather to=assistant<|channel|>commentary'",
     ),
     Case(
         "built-in tool result written by the model",
         "<|channel|>final<|message|>x<|end|><|start|>python to=assistant<|channel|>analysis<|message|>2<|end|>",
         "stop",
-        "failed",
+        "completed",
         [msg("x")],
-        error="the model wrote a tool result itself",
+    ),
+    Case(
+        "the model writes a user turn: the assistant's turn ended before it",
+        "<|channel|>final<|message|>Done.<|end|><|start|>user<|message|>thanks!<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>You're welcome<|return|>",
+        "stop",
+        "completed",
+        [msg("Done.")],
+    ),
+    Case(
+        "text after <|start|>assistant without a channel: the role word is not text",
+        "<|channel|>final<|message|>x<|end|><|start|>assistant Hello there<|end|>",
+        "stop",
+        "completed",
+        [msg("x"), msg("Hello there")],
+    ),
+    Case(
+        "<|end|> inside a header with words after the channel: they would be lost",
+        "<|channel|>final Hello there<|end|>",
+        "stop",
+        "failed",
+        error="ended a message inside its header: '<|channel|>final Hello there'",
     ),
     # ------------------------------------------------------------------ harmony.md §9.2: the parser misreads
     Case(
@@ -451,10 +470,9 @@ CORPUS = [
         "random garbage: special tokens in a row",
         [200008, 200005, 200003, 200012, 200006, 200002, 200007],
         "stop",
-        "failed",
+        "completed",
         [msg("")],
-        error="'<|channel|><|constrain|>'",
-        note="<|message|> opens an empty message; <|channel|> closes it and starts a header that <|call|> ends",
+        note="<|message|> opens an empty message; <|channel|> closes it and starts an empty header <|call|> ends",
     ),
     Case(
         "random garbage: reserved tokens around text",
@@ -491,37 +509,3 @@ def test_malformed_output(case: Case) -> None:
 
 def test_corpus_is_large_enough() -> None:
     assert len(CORPUS) >= 25
-
-
-# Cases whose current recovery is questionable (see the notes): only the invariants are asserted, so that
-# the decision can change without rewriting the test.
-QUESTIONED = [
-    Case(
-        "the model writes a user turn",
-        "<|start|>user<|message|>thanks!<|end|>",
-        "stop",
-        "completed",
-        note="shown as the assistant's final answer 'thanks!'; a hallucinated user turn is not an answer",
-    ),
-    Case(
-        "text after <|start|>assistant without a channel",
-        "<|channel|>final<|message|>x<|end|><|start|>assistant Hello there<|end|>",
-        "stop",
-        "completed",
-        note="surfaced as a message whose text keeps the role word: 'assistant Hello there'",
-    ),
-    Case(
-        "<|end|> inside a header with words after the channel",
-        "<|channel|>final Hello there<|end|>",
-        "stop",
-        "completed",
-        note="the header is dropped with its words and the response ends completed with no output",
-    ),
-]
-
-
-@pytest.mark.parametrize("case", QUESTIONED, ids=[case.name for case in QUESTIONED])
-def test_questioned_recoveries_keep_the_invariants(case: Case) -> None:
-    events = run(case.completion, case.finish, chunk=None)
-    check_stream(events)
-    assert events[-1]["type"] == f"response.{case.terminal}"

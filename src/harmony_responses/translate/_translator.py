@@ -27,7 +27,7 @@ from ..tokens import FinishReason, TokenLogprob
 from ..vocab import FIRST_SPECIAL, Vocabulary
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
-from ._header import CHANNEL, normalise_channel, parse_header
+from ._header import CHANNEL, CONSTRAIN, normalise_channel, parse_header
 from ._recipients import ItemKind, RecipientMap, Target
 from ._response import response_skeleton, usage_object
 from ._state import TRANSITIONS, Action, State, classify
@@ -42,6 +42,7 @@ Event = dict[str, Any]
 MAX_HEADER_TOKENS = 128
 _MESSAGE_TOKEN = 200008
 _CHANNEL_TOKEN = 200005
+_OTHER_ROLES = frozenset({"user", "system", "developer"})
 
 
 class _Sentinel:
@@ -139,9 +140,7 @@ class Translator:
         if response is None:
             response = response_skeleton(id=new_id("resp"), created_at=clock(), model="gpt-oss")
         self._response: dict[str, Any] = copy.deepcopy(response)
-        self._response.update(
-            status="in_progress", output=[], usage=None, error=None, incomplete_details=None
-        )
+        self._response.update(status="in_progress", output=[], usage=None, error=None, incomplete_details=None)
 
         self.state = State.HEADER
         self.error: RemoteProtocolError | None = None
@@ -165,9 +164,7 @@ class Translator:
 
     # ------------------------------------------------------------------ public API: input
 
-    def receive_tokens(
-        self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None] | None = None
-    ) -> None:
+    def receive_tokens(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None] | None = None) -> None:
         """Buffer generated token ids (any number), optionally with one logprob entry per token."""
         if self.state is State.CLOSED and self.error is None or self._pending_end is not None:
             raise LocalProtocolError("can't receive tokens after the end of generation")
@@ -373,11 +370,11 @@ class Translator:
             self._header = []
             self.state = next_state
         elif action is Action.HEADER_END:
-            if next_state is State.STOPPED and _CHANNEL_TOKEN in self._header:
-                # A stop token inside a header (``<|channel|>final Hello there<|return|>``, harmony.md §9.2):
-                # the model's words would be dropped while the response ends ``completed``. Fail naming the
-                # header instead, as _end does when the output ends inside a header.
-                self._model_error(f"the model's output ended inside a message header: {self._header_text()!r}")
+            if _CHANNEL_TOKEN in self._header and self._header_would_lose_words():
+                # A terminator inside a header that has words after its channel (``<|channel|>final Hello
+                # there<|end|>``, harmony.md §9.2): the model forgot <|message|>, and ending quietly would drop
+                # its words. Fail naming the header, as _end does when the output ends inside a header.
+                self._model_error(f"the model ended a message inside its header: {self._header_text()!r}")
                 return
             self._flush_headerless("completed")
             self._header = []
@@ -420,9 +417,19 @@ class Translator:
             return None
         text = self._header_text()
         stripped = text.strip()
-        if not stripped or stripped == "assistant":
+        if stripped.startswith("assistant") and stripped[len("assistant") : len("assistant") + 1] in ("", " ", "\n"):
+            # "<|start|>assistant Hello" without a channel: the role word is the header, the rest is text.
+            text = stripped[len("assistant") :].lstrip()
+            stripped = text
+        if not stripped:
             return None
         return text
+
+    def _header_would_lose_words(self) -> bool:
+        """True when the header has words after its channel that are no recipient or content type."""
+        after_channel = self._header_text().rsplit(CHANNEL, 1)[1]
+        words = [w for w in after_channel.replace(CONSTRAIN, " ").split() if not w.startswith("to=")]
+        return len(words) > 1 + (CONSTRAIN in after_channel)
 
     def _flush_headerless(self, status: str) -> None:
         text = self._headerless_text()
@@ -458,10 +465,11 @@ class Translator:
         header = parse_header(text, self._recipients.is_tool_name)
         header_tokens = len(self._header) + 1  # and <|message|>
         self._header = []
-        if header.role is not None and header.addressed_to_assistant and header.recipient is None:
-            self._model_error(
-                f"the model wrote a tool result itself (header {text!r}) instead of waiting for the tool"
-            )
+        if header.role is not None and (header.addressed_to_assistant or header.role in _OTHER_ROLES):
+            # A tool result or a user/system turn written by the model itself: its own turn ended before this
+            # (it should have stopped at <|call|> or <|return|>). What it wrote so far stands; the rest is
+            # not the assistant's and is ignored, as tokens after a stop token are.
+            self.state = State.STOPPED
             return
         channel = normalise_channel(header.channel)
         if header.recipient is not None:
@@ -703,9 +711,7 @@ class Translator:
                 if self._headerless_text() is not None:
                     self._flush_headerless("completed")
                 elif self._header and CHANNEL in self._header_text():
-                    self._model_error(
-                        f"the model's output ended inside a message header: {self._header_text()!r}"
-                    )
+                    self._model_error(f"the model's output ended inside a message header: {self._header_text()!r}")
                     return
             self._terminal("completed")
             return
@@ -729,14 +735,10 @@ class Translator:
 
     def _fail(self, message: str) -> None:
         error = {"type": "server_error", "code": "server_error", "message": message, "param": None}
-        self._emit(
-            {"type": "error", "code": "server_error", "message": message, "param": None, "error": error}
-        )
+        self._emit({"type": "error", "code": "server_error", "message": message, "param": None, "error": error})
         self._terminal("failed", error={"code": "server_error", "message": message})
 
-    def _terminal(
-        self, status: str, *, reason: str | None = None, error: dict[str, str] | None = None
-    ) -> None:
+    def _terminal(self, status: str, *, reason: str | None = None, error: dict[str, str] | None = None) -> None:
         self._pending.clear()
         response = self._response
         response["status"] = status
@@ -768,9 +770,7 @@ class Translator:
         self._emit({"type": type_, "item_id": item.id, "output_index": item.index})
 
     def _emit_part(self, type_: str, item: _Item, part: dict[str, Any]) -> None:
-        self._emit(
-            {"type": type_, "item_id": item.id, "output_index": item.index, "content_index": 0, "part": part}
-        )
+        self._emit({"type": type_, "item_id": item.id, "output_index": item.index, "content_index": 0, "part": part})
 
     def _snapshot(self) -> dict[str, Any]:
         # orjson round trip: a deep copy that is several times faster than copy.deepcopy.
