@@ -34,6 +34,9 @@ def render() -> str:
         lines.append(f"    {source} --> {target}: {'<br/>'.join(sorted(labels))}")
     lines += [
         "    CONTENT --> AWAIT_TOOL: CALL or END closing a built-in tool call (refines STOPPED)",
+        "    CONTENT --> STOPPED: END closing an MCP approval request (refines BETWEEN)",
+        "    HEADER --> AWAIT_TOOL: start_mcp_call() (an approved MCP call, before any token)",
+        "    READY --> AWAIT_TOOL: start_mcp_call()",
         "    AWAIT_TOOL --> READY: send_tool_result()",
         "    READY --> HEADER: start_engine_call()",
         "    CLOSED --> [*]",

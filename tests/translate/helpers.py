@@ -91,7 +91,13 @@ FUNCTION_TOOL = {
 }
 CODE_INTERPRETER_TOOL = {"type": "code_interpreter", "container": "cntr_fixed"}
 WEB_SEARCH_TOOL = {"type": "web_search"}
-MCP_TOOL = {"type": "mcp", "server_label": "deepwiki", "server_url": "https://mcp.deepwiki.com/mcp"}
+# require_approval "never": the API's default ("always") would make every call an mcp_approval_request.
+MCP_TOOL = {
+    "type": "mcp",
+    "server_label": "deepwiki",
+    "server_url": "https://mcp.deepwiki.com/mcp",
+    "require_approval": "never",
+}
 NAMESPACE_TOOL = {
     "type": "namespace",
     "name": "crm",

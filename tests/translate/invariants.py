@@ -30,7 +30,11 @@ ID_PREFIX = {
     "code_interpreter_call": "ci_",
     "web_search_call": "ws_",
     "mcp_call": "mcp_",
+    "mcp_list_tools": "mcpl_",
+    "mcp_approval_request": "mcpr_",
 }
+# Item types the API defines without a ``status`` (responses-protocol.md §4.4, §4.6).
+STATUSLESS = {"mcp_list_tools", "mcp_approval_request"}
 # Fields openai 3.57 does not model, and why they are sent anyway: the nested half of the dual-form error
 # event (responses-protocol.md §5.3), the function name on arguments.done (required by older openai-python),
 # Response keys Open Responses requires (§6), and ``bytes`` on delta/done logprobs (§2.3: emit all four keys).
@@ -70,6 +74,9 @@ _CODES = {
     "response.mcp_call_arguments.done": "M",
     "response.mcp_call.completed": "K",
     "response.mcp_call.failed": "X",
+    "response.mcp_list_tools.in_progress": "I",
+    "response.mcp_list_tools.completed": "K",
+    "response.mcp_list_tools.failed": "X",
 }
 # (item type, final status) -> the item's event sequence (responses-protocol.md §4). A built-in call cut
 # short may or may not have been made (interpreting/searching) before the cut; it never reports a result.
@@ -89,9 +96,22 @@ _GRAMMAR = {
     ("mcp_call", "completed"): "AIm*MKZ",
     ("mcp_call", "failed"): "AIm*MXZ",
     ("mcp_call", "incomplete"): "AIm*MZ",
+    ("mcp_list_tools", None): "AI[KX]Z",
+    ("mcp_approval_request", None): "AZ",  # added and done only, both with the whole arguments
 }
 # Keys of the added item that the done item must repeat unchanged (identity and routing).
-_STABLE_KEYS = ("id", "type", "call_id", "name", "namespace", "role", "phase", "server_label", "container_id")
+_STABLE_KEYS = (
+    "id",
+    "type",
+    "call_id",
+    "name",
+    "namespace",
+    "role",
+    "phase",
+    "server_label",
+    "container_id",
+    "approval_request_id",
+)
 
 
 def check_stream(events: Sequence[dict[str, Any]]) -> None:
@@ -190,7 +210,10 @@ def _check_items(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             assert item["type"] in ID_PREFIX, f"unexpected item type {item['type']}"
             assert item["id"].startswith(ID_PREFIX[item["type"]]), f"{item['type']} id {item['id']}"
             assert item["id"] not in {a["id"] for a in added}, f"item id {item['id']} reused"
-            assert item["status"] == "in_progress"
+            if item["type"] in STATUSLESS:
+                assert "status" not in item, f"{item['type']} has no status in the API"
+            else:
+                assert item["status"] == "in_progress"
             _check_added_zero_values(item)
             added.append(item)
             trace[index] = [event]
@@ -224,8 +247,13 @@ def _check_items(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     items = [done[index] for index in range(len(added))]
     for index, item in enumerate(items):
         _check_item(added[index], item, trace[index])
-    statuses = [item["status"] for item in items]
+    statuses = [item.get("status") for item in items]
     assert "incomplete" not in statuses[:-1], f"an incomplete item is not the last one: {statuses}"
+    kinds = [item["type"] for item in items]
+    if "mcp_approval_request" in kinds:
+        assert kinds.index("mcp_approval_request") == len(kinds) - 1, f"an approval request is not last: {kinds}"
+    listed = [i for i, kind in enumerate(kinds) if kind == "mcp_list_tools"]
+    assert listed == list(range(len(listed))), f"mcp_list_tools items come before the model's items: {kinds}"
     return items
 
 
@@ -242,10 +270,14 @@ def _check_added_zero_values(item: dict[str, Any]) -> None:
         assert item["code"] == "" and item["outputs"] is None and isinstance(item["container_id"], str)
     elif kind == "mcp_call":
         assert item["arguments"] == "" and item["server_label"] and item["name"]
+    elif kind == "mcp_list_tools":
+        assert item["tools"] == [] and item["server_label"] and "error" not in item
+    elif kind == "mcp_approval_request":
+        assert item["server_label"] and item["name"] and isinstance(item["arguments"], str)
 
 
 def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[str, Any]]) -> None:
-    kind, status = item["type"], item["status"]
+    kind, status = item["type"], item.get("status")
     for key in _STABLE_KEYS:
         assert added.get(key) == item.get(key), f"{key} changed between added and done: {added} → {item}"
     grammar = _GRAMMAR.get((kind, status))
@@ -287,6 +319,15 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
             assert item.get("error") and item.get("output") is None
     elif kind == "web_search_call":
         assert item["action"]["type"] in ("search", "open_page", "find_in_page")
+    elif kind == "mcp_list_tools":
+        failed = codes[2] == "X"
+        assert failed == isinstance(item.get("error"), str), "failed event and error field disagree"
+        if failed:
+            assert item["tools"] == [] and item["error"]
+        for tool in item["tools"]:
+            assert isinstance(tool["name"], str) and isinstance(tool["input_schema"], dict), tool
+    elif kind == "mcp_approval_request":
+        assert item == added, "an approval request's done item differs from its added item"
 
 
 # ---------------------------------------------------------------------------------------------- response
@@ -314,7 +355,9 @@ def _check_final_response(events: Sequence[dict[str, Any]], items: list[dict[str
         assert isinstance(response["completed_at"], int)
         assert response["error"] is None and response["incomplete_details"] is None
         # A built-in call whose tool failed is a finished item; only a cut-short one is unfinished.
-        assert all(item["status"] in ("completed", "failed") for item in items), "completed with unfinished items"
+        assert all(
+            item.get("status") in ("completed", "failed") or item["type"] in STATUSLESS for item in items
+        ), "completed with unfinished items"
     elif status == "incomplete":
         assert response["completed_at"] is None and response["error"] is None
         assert response["incomplete_details"] == {"reason": "max_output_tokens"}

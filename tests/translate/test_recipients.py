@@ -119,4 +119,5 @@ def test_item_kinds() -> None:
         "code_interpreter_call",
         "web_search_call",
         "mcp_call",
+        "mcp_approval_request",
     }

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ItemKind", "RecipientMap", "Target"]
+__all__ = ["ApprovalRule", "ItemKind", "RecipientMap", "Target"]
 
 WEB_SEARCH_TOOL_TYPES = frozenset(
     {
@@ -37,6 +37,9 @@ class ItemKind(enum.Enum):
     CODE_INTERPRETER = "code_interpreter_call"
     WEB_SEARCH = "web_search_call"
     MCP_CALL = "mcp_call"
+    # A call to an MCP tool that needs the user's approval: not run; it ends the response (its arguments are
+    # buffered and the item is added and done at once when the call is complete).
+    MCP_APPROVAL_REQUEST = "mcp_approval_request"
 
     @property
     def is_builtin_tool(self) -> bool:
@@ -53,6 +56,62 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """Which tools of one MCP server need the user's approval before they run (the tool's ``require_approval``).
+
+    The API's default is approval for every tool ("By default, OpenAI will request your approval before any data
+    is shared with a connector or remote MCP server"), so a missing or null ``require_approval`` means
+    ``always``. In the filter form a tool matched by ``always`` needs approval, one matched by ``never`` does not,
+    and any other tool keeps the safe default (approval): ``always`` wins when a tool matches both.
+    """
+
+    default: bool = True
+    always: frozenset[str] = frozenset()
+    never: frozenset[str] = frozenset()
+
+    def requires(self, name: str) -> bool:
+        if name in self.always:
+            return True
+        if name in self.never:
+            return False
+        return self.default
+
+    @classmethod
+    def from_tool(cls, require_approval: Any, listed_tools: Any = None) -> ApprovalRule:
+        """The rule of one ``mcp`` tool; ``listed_tools`` (its ``mcp_list_tools`` tools) resolve ``read_only``."""
+        if require_approval == "never":
+            return cls(default=False)
+        if not isinstance(require_approval, Mapping):
+            return cls()  # "always", null, or a shape validation has already refused
+        listed = [t for t in listed_tools or () if isinstance(t, Mapping) and isinstance(t.get("name"), str)]
+        return cls(
+            always=_filter_matches(require_approval.get("always"), listed),
+            never=_filter_matches(require_approval.get("never"), listed),
+        )
+
+
+def _filter_matches(tool_filter: Any, listed: list[Mapping[str, Any]]) -> frozenset[str]:
+    """The tool names an MCP tool filter (``{tool_names?, read_only?}``) selects; every given criterion must hold."""
+    if not isinstance(tool_filter, Mapping):
+        return frozenset()
+    names, read_only = tool_filter.get("tool_names"), tool_filter.get("read_only")
+    if not isinstance(read_only, bool):
+        return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+    chosen = {
+        tool["name"]
+        for tool in listed
+        if _read_only_hint(tool) is read_only and (not isinstance(names, list) or tool["name"] in names)
+    }
+    return frozenset(chosen)
+
+
+def _read_only_hint(tool: Mapping[str, Any]) -> bool:
+    # MCP's readOnlyHint defaults to false: a tool that says nothing may modify data.
+    annotations = tool.get("annotations")
+    return isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+
+
+@dataclass(frozen=True, slots=True)
 class RecipientMap:
     functions: frozenset[str] = frozenset()
     namespaces: Mapping[str, frozenset[str]] | None = None
@@ -60,6 +119,7 @@ class RecipientMap:
     code_interpreter: bool = False
     web_search: bool = False
     container_id: str | None = None
+    mcp_approval: Mapping[str, ApprovalRule] | None = None  # server label -> its rule (absent: approval)
 
     @classmethod
     def from_tools(cls, tools: Iterable[Mapping[str, Any]] | None) -> RecipientMap:
@@ -67,6 +127,7 @@ class RecipientMap:
         functions: set[str] = set()
         namespaces: dict[str, frozenset[str]] = {}
         mcp: set[str] = set()
+        approval: dict[str, ApprovalRule] = {}
         code_interpreter = web_search = False
         container_id: str | None = None
         for tool in tools or ():
@@ -78,6 +139,10 @@ class RecipientMap:
                 namespaces[tool["name"]] = frozenset(names)
             elif kind == "mcp" and isinstance(tool.get("server_label"), str):
                 mcp.add(tool["server_label"])
+                # ``_mcp_tools``: the server's listed tools, put there by the api, whose annotations resolve read_only.
+                approval[tool["server_label"]] = ApprovalRule.from_tool(
+                    tool.get("require_approval"), tool.get("_mcp_tools")
+                )
             elif kind == "code_interpreter":
                 code_interpreter = True
                 container = tool.get("container")
@@ -92,6 +157,7 @@ class RecipientMap:
             code_interpreter=code_interpreter,
             web_search=web_search,
             container_id=container_id,
+            mcp_approval=approval or None,
         )
 
     def is_tool_name(self, word: str) -> bool:
@@ -138,5 +204,8 @@ class RecipientMap:
         if head in (self.namespaces or {}):
             return Target(ItemKind.FUNCTION_CALL, tail, head)
         if head in self.mcp_servers:
+            rule = (self.mcp_approval or {}).get(head)
+            if rule is None or rule.requires(tail):
+                return Target(ItemKind.MCP_APPROVAL_REQUEST, tail, head)
             return Target(ItemKind.MCP_CALL, tail, head)
         return None

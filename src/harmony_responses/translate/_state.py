@@ -107,6 +107,7 @@ TRANSITIONS: dict[tuple[State, TokenClass], tuple[Action, State]] = {
     (S.CONTENT, T.CONSTRAIN): (A.SKIP, S.CONTENT),
     (S.CONTENT, T.END): (A.CLOSE, S.BETWEEN),
     # A built-in tool call refines STOPPED to AWAIT_TOOL (and so does <|end|> after one: the call is made).
+    # An MCP call that needs approval refines BETWEEN/HEADER to STOPPED: the request ends the response.
     (S.CONTENT, T.CALL): (A.CLOSE, S.STOPPED),
     (S.CONTENT, T.RETURN): (A.CLOSE, S.STOPPED),
     (S.CONTENT, T.OTHER): (A.SKIP, S.CONTENT),

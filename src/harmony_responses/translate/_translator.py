@@ -261,6 +261,59 @@ class Translator:
         self._tool_call = None
         self.state = State.READY
 
+    def add_mcp_list_tools(
+        self, server_label: str, *, tools: list[dict[str, Any]] | None = None, error: str | None = None
+    ) -> dict[str, Any]:
+        """Emit a whole ``mcp_list_tools`` item (the server's tools, or the ``error`` that stopped the listing).
+
+        Called by the server before the model's first item, once per MCP server it listed (the listing itself
+        happens outside, before the prompt can declare the tools). Returns the done item.
+        """
+        self._require_between_items("add an mcp_list_tools item")
+        index = len(self._output)
+        item_id = self._new_id("mcpl")
+        added: dict[str, Any] = {"id": item_id, "type": "mcp_list_tools", "server_label": server_label, "tools": []}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        ref = {"item_id": item_id, "output_index": index}
+        self._emit({"type": "response.mcp_list_tools.in_progress", **ref})
+        done = dict(added, tools=[] if error is not None else list(tools or ()))
+        if error is not None:
+            done["error"] = error
+            self._emit({"type": "response.mcp_list_tools.failed", **ref})
+        else:
+            self._emit({"type": "response.mcp_list_tools.completed", **ref})
+        self._emit({"type": "response.output_item.done", "output_index": index, "item": done})
+        self._output.append(done)
+        return done
+
+    def start_mcp_call(
+        self,
+        server_label: str,
+        name: str,
+        arguments: str,
+        *,
+        approval_request_id: str | None = None,
+        channel: str | None = "analysis",
+    ) -> ToolCall:
+        """Open an ``mcp_call`` the model did not write in this response: a call the user approved.
+
+        Its arguments stream as one delta, then the translator waits for ``send_tool_result`` as after a call
+        the model made (state AWAIT_TOOL, ``pending_tool_call`` set); the next engine call follows the result.
+        """
+        self._require_between_items("start an mcp_call")
+        target = Target(ItemKind.MCP_CALL, name, server_label)
+        item = self._open_item(ItemKind.MCP_CALL, target, channel=channel, approval_request_id=approval_request_id)
+        if arguments:
+            item.parts.append(arguments)
+            self._emit_delta(item, arguments)
+        self._make_call(item)
+        assert self._tool_call is not None
+        return self._tool_call
+
+    def _require_between_items(self, what: str) -> None:
+        if self._item is not None or self._header or self.state not in (State.HEADER, State.READY):
+            raise LocalProtocolError(f"can't {what} in state {self.state.value} (only between items)")
+
     # ------------------------------------------------------------------ public API: output
 
     def next_event(self) -> Event | _Sentinel:
@@ -347,6 +400,9 @@ class Translator:
                 self.reasoning_tokens += 1
             if item.kind.is_builtin_tool:
                 self._make_call(item)
+            elif item.kind is ItemKind.MCP_APPROVAL_REQUEST:
+                self._close(item, "completed")
+                self.state = State.STOPPED  # the request ends the response, whatever terminated it
             else:
                 self._close(item, "completed")
                 self.state = next_state
@@ -355,6 +411,10 @@ class Translator:
             if item.kind.is_builtin_tool:
                 # A call without its <|call|>: make it; the rest of this engine call is ignored.
                 self._make_call(item)
+                return
+            if item.kind is ItemKind.MCP_APPROVAL_REQUEST:
+                self._close(item, "completed")  # likewise: the request is complete and ends the response
+                self.state = State.STOPPED
                 return
             self._close(item, "completed")
             self._header = [token] if action is Action.CLOSE_THEN_HEADER_WITH else []
@@ -487,7 +547,13 @@ class Translator:
         self.state = State.CONTENT
 
     def _open_item(
-        self, kind: ItemKind, target: Target | None, *, phase: str | None = None, channel: str | None = None
+        self,
+        kind: ItemKind,
+        target: Target | None,
+        *,
+        phase: str | None = None,
+        channel: str | None = None,
+        approval_request_id: str | None = None,
     ) -> _Item:
         index = len(self._output)
         self._decoder.flush()
@@ -564,6 +630,18 @@ class Translator:
             self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
             self._emit_item_event("response.web_search_call.in_progress", item)
             # The API has no argument deltas for web search: the query shows in the done item's action.
+        elif kind is ItemKind.MCP_APPROVAL_REQUEST:
+            assert target is not None and target.namespace is not None
+            # Only added and done, both at the end with the whole arguments (responses-protocol.md §4.6): the
+            # item is announced when the call is complete, so nothing is emitted here and no delta template is set.
+            added = {
+                "id": self._new_id("mcpr"),
+                "type": "mcp_approval_request",
+                "server_label": target.namespace,
+                "name": target.name,
+                "arguments": "",
+            }
+            item = _Item(kind, index, added, target, channel)
         else:
             assert target is not None and target.namespace is not None
             item_id = self._new_id("mcp")
@@ -575,6 +653,8 @@ class Translator:
                 "name": target.name,
                 "arguments": "",
             }
+            if approval_request_id is not None:
+                added["approval_request_id"] = approval_request_id
             item = _Item(kind, index, added, target, channel)
             self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
             self._emit_item_event("response.mcp_call.in_progress", item)
@@ -593,6 +673,9 @@ class Translator:
         """Close a message, reasoning or function call item (or a built-in one cut short)."""
         text = self._finish_text(item)
         kind = item.kind
+        if kind is ItemKind.MCP_APPROVAL_REQUEST:
+            self._finish_approval_request(item, text, status)
+            return
         done = dict(item.added, status=status)
         if kind is ItemKind.MESSAGE:
             logprobs = item.logprobs if item.logprobs is not None else []
@@ -642,6 +725,20 @@ class Translator:
             else:
                 done["arguments"] = text
         self._done_item(item, done)
+
+    def _finish_approval_request(self, item: _Item, arguments: str, status: str) -> None:
+        """Announce a complete approval request (added and done at once); drop one cut short.
+
+        A request cut short (length, engine error, bad output) is never shown: its arguments are unfinished and
+        the client could approve a call the model never completed. The response ends incomplete or failed.
+        """
+        self._item = None
+        if status != "completed":
+            return
+        request = dict(item.added, arguments=arguments)
+        self._emit({"type": "response.output_item.added", "output_index": item.index, "item": request})
+        self._emit({"type": "response.output_item.done", "output_index": item.index, "item": dict(request)})
+        self._output.append(request)
 
     def _send_call_events(self, item: _Item, text: str) -> None:
         """The events that mark a built-in call as made: its code/arguments are complete."""
