@@ -21,7 +21,14 @@ __all__ = ["EVENT_ADAPTER", "check_stream"]
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
-LIFECYCLE = {"response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed"}
+LIFECYCLE = {
+    "response.created",
+    "response.queued",
+    "response.in_progress",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+}
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 ID_PREFIX = {
     "message": "msg_",
@@ -136,7 +143,15 @@ def _check_sequence_and_lifecycle(events: Sequence[dict[str, Any]]) -> None:
         for value in list(event.values())[2:]:
             assert not _has_key(value, "sequence_number"), f"nested sequence_number in {event['type']}"
     assert events[0]["type"] == "response.created", events[0]["type"]
-    assert len(events) >= 3 and events[1]["type"] == "response.in_progress", [e["type"] for e in events[:3]]
+    # Background mode (§5.1): created(queued), queued, then in_progress once work starts, unless the
+    # response was cancelled while still queued.
+    queued = events[0]["response"]["status"] == "queued"
+    if queued:
+        assert events[1]["type"] == "response.queued", [e["type"] for e in events[:3]]
+        cancelled_early = events[2]["type"] == "response.incomplete"
+        assert cancelled_early or events[2]["type"] == "response.in_progress", [e["type"] for e in events[:3]]
+    else:
+        assert len(events) >= 3 and events[1]["type"] == "response.in_progress", [e["type"] for e in events[:3]]
     terminals = [i for i, event in enumerate(events) if event["type"] in TERMINAL]
     assert terminals == [len(events) - 1], f"terminal events at {terminals} of {len(events)}"
 
@@ -168,9 +183,11 @@ def _check_sequence_and_lifecycle(events: Sequence[dict[str, Any]]) -> None:
         echo = {k: v for k, v in response.items() if k not in changing}
         assert echo == {k: v for k, v in first.items() if k not in changing}, "the request echo changed mid-stream"
         assert "sequence_number" not in response
-    for event in lifecycle[:2]:
+    starting = [event for event in lifecycle if event["type"] not in TERMINAL]
+    for event in starting:
         response = event["response"]
-        assert response["status"] == "in_progress"
+        expected = "in_progress" if event["type"] == "response.in_progress" else ("queued" if queued else "in_progress")
+        assert response["status"] == expected, (event["type"], response["status"])
         assert response["output"] == [] and response["usage"] is None and response["error"] is None
         assert response["completed_at"] is None
         assert isinstance(response["created_at"], int)
@@ -337,6 +354,10 @@ def _check_final_response(events: Sequence[dict[str, Any]], items: list[dict[str
     last = events[-1]
     response = last["response"]
     status = last["type"].removeprefix("response.")
+    if response["status"] == "cancelled":
+        # A cancelled response ends with response.incomplete carrying status cancelled (Translator.cancel).
+        assert status == "incomplete", last["type"]
+        status = "cancelled"
     assert response["status"] == status
     assert response["output"] == items, "the final output is not the streamed items in output_index order"
     usage = response["usage"]
@@ -361,6 +382,9 @@ def _check_final_response(events: Sequence[dict[str, Any]], items: list[dict[str
     elif status == "incomplete":
         assert response["completed_at"] is None and response["error"] is None
         assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    elif status == "cancelled":
+        assert response["completed_at"] is None and response["error"] is None
+        assert response["incomplete_details"] is None
     else:
         assert response["completed_at"] is None and response["incomplete_details"] is None
         assert set(response["error"]) == {"code", "message"} and response["error"]["message"]

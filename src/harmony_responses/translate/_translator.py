@@ -116,6 +116,8 @@ class Translator:
         clock: Unix seconds, for ``created_at`` and ``completed_at``.
         response: the Response object to start from (the request's echo, see ``response_skeleton``);
             a minimal one is made when omitted.
+        queued: background mode (responses-protocol.md §5.1): start with ``response.created`` (status
+            ``queued``) and ``response.queued``; ``begin()`` sends ``response.in_progress`` when work starts.
         recipients: the request's declared tools, deciding which item a tool recipient becomes.
         logprobs: put per-token logprobs on ``output_text`` events (``include`` asked for them).
     """
@@ -127,6 +129,7 @@ class Translator:
         new_id: Callable[[str], str],
         clock: Callable[[], int],
         response: dict[str, Any] | None = None,
+        queued: bool = False,
         recipients: RecipientMap | None = None,
         logprobs: bool = False,
     ) -> None:
@@ -159,13 +162,21 @@ class Translator:
         self.output_tokens = 0
         self.reasoning_tokens = 0
 
-        self._emit({"type": "response.created", "response": self._snapshot()})
-        self._emit({"type": "response.in_progress", "response": self._snapshot()})
+        self._queued = queued
+        if queued:
+            self._response["status"] = "queued"
+            self._emit({"type": "response.created", "response": self._snapshot()})
+            self._emit({"type": "response.queued", "response": self._snapshot()})
+        else:
+            self._emit({"type": "response.created", "response": self._snapshot()})
+            self._emit({"type": "response.in_progress", "response": self._snapshot()})
 
     # ------------------------------------------------------------------ public API: input
 
     def receive_tokens(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None] | None = None) -> None:
         """Buffer generated token ids (any number), optionally with one logprob entry per token."""
+        if self._queued:
+            raise LocalProtocolError("can't receive tokens before begin() of a queued response")
         if self.state is State.CLOSED and self.error is None or self._pending_end is not None:
             raise LocalProtocolError("can't receive tokens after the end of generation")
         if self.state is State.READY:
@@ -354,6 +365,39 @@ class Translator:
     @property
     def closed(self) -> bool:
         return self.state is State.CLOSED
+
+    # ------------------------------------------------------------------ public API: lifecycle
+
+    def begin(self) -> None:
+        """A queued (background) response starts: status ``in_progress`` and ``response.in_progress``."""
+        if self.state is State.CLOSED:
+            return  # cancelled while queued: nothing starts
+        if not self._queued:
+            raise LocalProtocolError("begin() is for a queued response that has not begun")
+        self._queued = False
+        self._response["status"] = "in_progress"
+        self._emit({"type": "response.in_progress", "response": self._snapshot()})
+
+    def cancel(self) -> None:
+        """End the response ``cancelled`` now (a background cancel, or the client gone); idempotent.
+
+        What is buffered is processed first. The open item (if any) is closed ``incomplete``, as for a
+        length cut, and the terminal event is ``response.incomplete`` carrying ``status: "cancelled"``: the
+        event union has no cancelled event, and an event log must end with a terminal event that every
+        client (and a resumed stream) recognises (responses-protocol.md §5.2, pitfalls.md #44).
+        """
+        if self.state is not State.CLOSED:
+            self._process_pending()
+        if self.state is State.CLOSED:
+            return
+        self._queued = False
+        item = self._item
+        if item is not None:
+            self._close(item, "incomplete")
+            self._tool_call = None
+        elif self.state is State.HEADER and self._headerless_text() is not None:
+            self._flush_headerless("incomplete")
+        self._terminal("cancelled")
 
     # ------------------------------------------------------------------ token processing
 
@@ -853,7 +897,9 @@ class Translator:
         if error is not None:
             response["error"] = error
         self.state = State.CLOSED
-        self._emit({"type": f"response.{status}", "response": self._snapshot()})
+        # A cancelled response ends with response.incomplete (see cancel()).
+        kind = "incomplete" if status == "cancelled" else status
+        self._emit({"type": f"response.{kind}", "response": self._snapshot()})
 
     # ------------------------------------------------------------------ event helpers
 
