@@ -757,7 +757,11 @@ def test_item_reference_needs_stored_responses() -> None:
             "input[0].content[0].type",
             "invalid_value",
         ),
-        ({"input": [{"type": "mcp_approval_request", "id": "a"}]}, "input[0].type", "invalid_value"),
+        (
+            {"input": [{"type": "mcp_approval_request", "id": "a"}]},
+            "input[0].server_label",
+            "missing_required_parameter",
+        ),
     ],
 )
 def test_input_errors(request_: dict[str, Any], param: str, code: str) -> None:

@@ -8,7 +8,8 @@ Modules: ``_request`` (assembly), ``_system`` (system message, reasoning effort,
 """
 
 from ._errors import RenderError
+from ._history import PendingMcpCall
 from ._request import RenderedPrompt, render_request
 from ._system import DEFAULT_PYTHON_DESCRIPTION
 
-__all__ = ["DEFAULT_PYTHON_DESCRIPTION", "RenderError", "RenderedPrompt", "render_request"]
+__all__ = ["DEFAULT_PYTHON_DESCRIPTION", "PendingMcpCall", "RenderError", "RenderedPrompt", "render_request"]

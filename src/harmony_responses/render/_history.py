@@ -18,6 +18,11 @@ Owns the item mapping and the chain-of-thought rule:
   ``mcp_call`` → ``assistant to=LABEL.NAME`` plus a ``LABEL.NAME`` tool message with the output or error
   (MCP servers are built-in-style system namespaces, so both sit on analysis like browser and python).
 - ``mcp_list_tools`` → no message (its tools can fill an MCP namespace, see ``_tools``).
+- ``mcp_approval_request`` + its ``mcp_approval_response`` → the call (as for ``mcp_call``), rendered where the
+  response is, then: declined → a tool message saying so; approved and not yet run (no ``mcp_call`` with its
+  ``approval_request_id`` in the conversation) → nothing: the conversation ends with the call, which the server
+  runs before generating (``History.pending_mcp_call``). A request nobody answered is followed by a tool message
+  saying it was not run; a request whose ``mcp_call`` is in the conversation renders as that call only.
 - ``reasoning`` → an ``analysis`` message, kept only when no user message and no final answer follows it
   (the current, unfinished tool-calling turn); reasoning of completed turns is dropped (harmony.md §6.2).
   Tool calls and results of completed turns are not chain of thought and are kept.
@@ -33,7 +38,7 @@ from openai_harmony import Author, Message, Role
 
 from ._errors import RenderError
 
-__all__ = ["History", "Location", "build_history", "message_text"]
+__all__ = ["History", "Location", "PendingMcpCall", "build_history", "message_text"]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio", "image", "file", "image_url"})
@@ -217,6 +222,16 @@ def _web_search_call(item: dict[str, Any]) -> Message | None:
     )
 
 
+@dataclass(frozen=True)
+class PendingMcpCall:
+    """An MCP call the user approved that has not run yet: the conversation ends with it."""
+
+    server_label: str
+    name: str
+    arguments: str
+    approval_request_id: str
+
+
 @dataclass
 class History:
     """What the input items contribute: developer instructions, conversation messages, listed MCP tools."""
@@ -224,6 +239,33 @@ class History:
     instructions: list[str] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     listed_mcp_tools: dict[str, list[Any]] = field(default_factory=dict)
+    pending_mcp_call: PendingMcpCall | None = None
+
+
+# What the model reads after an MCP call that did not run (a tool message on the call's channel).
+MCP_DECLINED = "The user declined this call, so it was not run."
+MCP_UNANSWERED = "This call needed the user's approval, which was not given, so it was not run."
+
+
+def _approval_request(item: dict[str, Any], loc: Location) -> tuple[str, str, str, str]:
+    """``(id, server_label, name, arguments)`` of an ``mcp_approval_request`` item."""
+    values = []
+    for key in ("id", "server_label", "name"):
+        value = item.get(key)
+        if not isinstance(value, str) or not value:
+            raise _error(
+                loc, f".{key}", f"Missing required parameter: '{loc.path}.{key}'.", "missing_required_parameter"
+            )
+        values.append(value)
+    arguments = item.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+    return values[0], values[1], values[2], arguments
+
+
+def _mcp_call_message(label: str, name: str, arguments: str) -> Message:
+    # MCP servers are system namespaces like browser and python: their calls sit on analysis, as code.
+    return _assistant(arguments, "analysis").with_recipient(f"{label}.{name}").with_content_type("code")
 
 
 def build_history(entries: list[tuple[Any, Location]]) -> History:
@@ -239,6 +281,11 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
     for index, (item, kind, _) in enumerate(typed):
         if kind == "message" and (item.get("role") == "user" or _is_final_assistant(item)):
             open_turn_start = index + 1
+
+    # MCP approvals: which requests were answered, and which approved calls already ran (an mcp_call names them).
+    answered = {item.get("approval_request_id") for item, kind, _ in typed if kind == "mcp_approval_response"}
+    executed = {item.get("approval_request_id") for item, kind, _ in typed if kind == "mcp_call"} - {None}
+    approval_requests: dict[str, tuple[str, str, str]] = {}  # id → (server_label, name, arguments)
 
     recipients: dict[str, str] = {}  # call_id → recipient of the call, for its output's author
     for index, (item, kind, loc) in enumerate(typed):
@@ -357,8 +404,55 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
                 history.listed_mcp_tools[label] = tools
         elif kind == "item_reference":
             raise _error(loc, "", "item_reference requires stored responses, which this server does not support yet.")
-        elif kind in ("mcp_approval_request", "mcp_approval_response"):
-            raise _error(loc, ".type", f"'{kind}' items are not supported yet: MCP approvals need MCP execution.")
+        elif kind == "mcp_approval_request":
+            request_id, label, name, arguments = _approval_request(item, loc)
+            approval_requests[request_id] = (label, name, arguments)
+            if request_id not in answered and request_id not in executed:
+                history.messages.append(_mcp_call_message(label, name, arguments))
+                history.messages.append(_tool_result(f"{label}.{name}", MCP_UNANSWERED, "analysis"))
+        elif kind == "mcp_approval_response":
+            request_id = item.get("approval_request_id")
+            if not isinstance(request_id, str) or not request_id:
+                raise _error(
+                    loc,
+                    ".approval_request_id",
+                    f"Missing required parameter: '{loc.path}.approval_request_id'.",
+                    "missing_required_parameter",
+                )
+            approve = item.get("approve")
+            if not isinstance(approve, bool):
+                raise _error(
+                    loc, ".approve", f"Invalid type for '{loc.path}.approve': expected a boolean.", "invalid_type"
+                )
+            request = approval_requests.pop(request_id, None)
+            if request is None:
+                raise _error(
+                    loc,
+                    ".approval_request_id",
+                    f"No mcp_approval_request with id '{request_id}' comes before this mcp_approval_response "
+                    f"(send the request item, or use previous_response_id), or it was answered already.",
+                )
+            if request_id in executed:
+                continue  # the call ran in a later response: its mcp_call item says how
+            label, name, arguments = request
+            history.messages.append(_mcp_call_message(label, name, arguments))
+            if not approve:
+                reason = item.get("reason")
+                text = (
+                    f"{MCP_DECLINED} Reason: {reason}" if isinstance(reason, str) and reason.strip() else MCP_DECLINED
+                )
+                history.messages.append(_tool_result(f"{label}.{name}", text, "analysis"))
+            elif index != len(typed) - 1:
+                # The server runs an approved call before generating, and its result must follow the call at
+                # once; a conversation that goes on past the approval leaves no place to put it.
+                raise _error(
+                    loc,
+                    "",
+                    "An mcp_approval_response that approves a call must be the last input item: the server runs "
+                    "the call and the model continues from its result.",
+                )
+            else:
+                history.pending_mcp_call = PendingMcpCall(label, name, arguments, request_id)
         elif kind in _UNREPRESENTABLE:
             raise _error(
                 loc,

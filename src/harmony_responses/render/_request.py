@@ -18,7 +18,7 @@ from harmony_responses.vocab import load_encoding
 
 from ._developer import build_developer_message, instructions_text
 from ._errors import RenderError
-from ._history import Location, build_history
+from ._history import Location, PendingMcpCall, build_history
 from ._system import build_system_message, reasoning_effort
 from ._text import without_surrogates
 from ._tools import apply_tool_choice, parse_tools
@@ -38,11 +38,15 @@ class RenderedPrompt:
     ``conversation``: the messages rendered, for debugging and tests. Rendering it again with harmony's
     ``render_conversation_for_completion`` omits the system line "Calls to these tools must go to the
     commentary channel: 'functions'." (see the module docstring) and the prefill.
+    ``pending_mcp_call``: an approved MCP call that has not run; then ``token_ids`` end with that call's
+    ``<|call|>`` (no ``<|start|>assistant``, no prefill): the server runs it and appends its result as after a
+    call the model just made.
     """
 
     token_ids: list[int]
     prefill_ids: list[int]
     conversation: Conversation
+    pending_mcp_call: PendingMcpCall | None = None
 
 
 def _entries(request: dict[str, Any], prior_items: list[dict[str, Any]] | None) -> list[tuple[Any, Location]]:
@@ -103,12 +107,18 @@ def render_request(
 
     encoding = load_encoding()
     token_ids = encoding.render(system, RenderOptions(conversation_has_function_tools=bool(tools.functions)))
-    token_ids += encoding.render_conversation_for_completion(
-        Conversation.from_messages(rest), Role.ASSISTANT, _NO_AUTO_DROP
-    )
+    if history.pending_mcp_call is not None:
+        # The conversation ends with the approved call (…<|call|>): its result comes next, then the assistant.
+        token_ids += encoding.render_conversation(Conversation.from_messages(rest), _NO_AUTO_DROP)
+        prefill = None
+    else:
+        token_ids += encoding.render_conversation_for_completion(
+            Conversation.from_messages(rest), Role.ASSISTANT, _NO_AUTO_DROP
+        )
     prefill_ids = encoding.encode(prefill, allowed_special="all") if prefill else []
     return RenderedPrompt(
         token_ids=token_ids + prefill_ids,
         prefill_ids=prefill_ids,
         conversation=Conversation.from_messages([system, *rest]),
+        pending_mcp_call=history.pending_mcp_call,
     )
