@@ -64,6 +64,7 @@ _CODES = {
     "response.content_part.done": "p",
     "response.output_text.delta": "t",
     "response.output_text.done": "T",
+    "response.output_text.annotation.added": "a",
     "response.reasoning_text.delta": "r",
     "response.reasoning_text.done": "R",
     "response.function_call_arguments.delta": "f",
@@ -88,8 +89,8 @@ _CODES = {
 # (item type, final status) -> the item's event sequence (responses-protocol.md §4). A built-in call cut
 # short may or may not have been made (interpreting/searching) before the cut; it never reports a result.
 _GRAMMAR = {
-    ("message", "completed"): "APt*TpZ",
-    ("message", "incomplete"): "APt*TpZ",
+    ("message", "completed"): "AP(t|ta+)*TpZ",
+    ("message", "incomplete"): "AP(t|ta+)*TpZ",
     ("reasoning", "completed"): "APr*RpZ",
     ("reasoning", "incomplete"): "APr*RpZ",
     ("function_call", "completed"): "Af*FZ",
@@ -312,7 +313,8 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
         assert part_done["part"]["text"] == deltas and part_added["part"]["text"] == ""
         assert item["content"] == [part_done["part"]], "done item content differs from content_part.done"
         if kind == "message":
-            assert part_done["part"]["type"] == "output_text" and part_done["part"]["annotations"] == []
+            assert part_done["part"]["type"] == "output_text"
+            _check_annotations(trace, part_done["part"])
             delta_lps = [lp for event in trace if event["type"].endswith(".delta") for lp in event["logprobs"]]
             assert text_done["logprobs"] == delta_lps == part_done["part"]["logprobs"], "logprobs disagree"
             assert part_added["part"]["logprobs"] == []
@@ -345,6 +347,24 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
             assert isinstance(tool["name"], str) and isinstance(tool["input_schema"], dict), tool
     elif kind == "mcp_approval_request":
         assert item == added, "an approval request's done item differs from its added item"
+
+
+def _check_annotations(trace: list[dict[str, Any]], part: dict[str, Any]) -> None:
+    """Each annotation is announced once, in order, after the delta holding the text it covers (§2.3)."""
+    announced = []
+    text = ""
+    for event in trace:
+        if event["type"] == "response.output_text.delta":
+            text += event["delta"]
+        elif event["type"] == "response.output_text.annotation.added":
+            assert event["annotation_index"] == len(announced), "annotation_index is not per part from 0"
+            annotation = event["annotation"]
+            if annotation.get("type") == "url_citation":
+                start, end = annotation["start_index"], annotation["end_index"]
+                assert 0 <= start <= end <= len(text), f"annotation {annotation} announced before its text"
+                assert annotation["url"] and isinstance(annotation["title"], str)
+            announced.append(annotation)
+    assert part["annotations"] == announced, "the part's annotations are not the announced ones"
 
 
 # ---------------------------------------------------------------------------------------------- response

@@ -25,6 +25,7 @@ import orjson
 
 from ..tokens import FinishReason, TokenLogprob
 from ..vocab import FIRST_SPECIAL, Vocabulary
+from ._citations import CitationFilter, CitationResolver
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._header import CHANNEL, CONSTRAIN, normalise_channel, parse_header
@@ -79,6 +80,7 @@ class _Item:
         "added",
         "call_made",
         "channel",
+        "cites",
         "delta",
         "index",
         "kind",
@@ -101,6 +103,7 @@ class _Item:
         self.logprobs: list[dict[str, Any]] | None = None  # all logprobs of a message, when asked for
         self.pending_lp: list[dict[str, Any]] = []  # logprobs of tokens not yet in a delta
         self.call_made = False  # a built-in call has been sent (code.done / searching emitted)
+        self.cites: CitationFilter | None = None  # a message's browser citations, when a resolver is given
 
     @property
     def id(self) -> str:
@@ -120,6 +123,9 @@ class Translator:
             ``queued``) and ``response.queued``; ``begin()`` sends ``response.in_progress`` when work starts.
         recipients: the request's declared tools, deciding which item a tool recipient becomes.
         logprobs: put per-token logprobs on ``output_text`` events (``include`` asked for them).
+        citations: resolves a browser cursor to the ``(url, title)`` of the page it showed (None: not
+            citable), when the browser tool is declared. Message text then has its ``【cursor†L…】`` citations
+            replaced and announced as ``url_citation`` annotations (``_citations.py``).
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class Translator:
         queued: bool = False,
         recipients: RecipientMap | None = None,
         logprobs: bool = False,
+        citations: CitationResolver | None = None,
     ) -> None:
         self._vocab = vocab
         self._token_bytes = vocab.token_bytes
@@ -139,6 +146,7 @@ class Translator:
         self._clock = clock
         self._recipients = recipients or RecipientMap()
         self._want_logprobs = logprobs
+        self._citations = citations
         self._decoder = TokenDecoder(vocab)
         if response is None:
             response = response_skeleton(id=new_id("resp"), created_at=clock(), model="gpt-oss")
@@ -495,8 +503,41 @@ class Translator:
             item.pending_lp.append(entry)
         text = self._decoder.decode(token)
         if text:
+            if item.cites is not None:
+                self._cite_text(item, item.cites.feed(text))
+            else:
+                item.parts.append(text)
+                self._emit_delta(item, text)
+
+    def _push_text(self, item: _Item, text: str) -> None:
+        """Text for an item outside the per-token path (headerless text, the decoder's tail)."""
+        if item.cites is not None:
+            self._cite_text(item, item.cites.feed(text))
+        else:
             item.parts.append(text)
             self._emit_delta(item, text)
+
+    def _cite_text(self, item: _Item, pieces: list[str | dict[str, Any]]) -> None:
+        """Emit what the citation filter released: text as deltas, each annotation right after its text."""
+        cites = item.cites
+        assert cites is not None
+        for piece in pieces:
+            if isinstance(piece, str):
+                if piece:
+                    item.parts.append(piece)
+                    self._emit_delta(item, piece)
+                continue
+            self._emit(
+                {
+                    "type": "response.output_text.annotation.added",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "content_index": 0,
+                    "annotation_index": cites.announced,
+                    "annotation": piece,
+                }
+            )
+            cites.announced += 1
 
     def _emit_delta(self, item: _Item, text: str) -> None:
         template = item.delta
@@ -540,8 +581,7 @@ class Translator:
         if text is None:
             return
         item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
-        item.parts.append(text)
-        self._emit_delta(item, text)
+        self._push_text(item, text)
         self._close(item, status)
 
     def _header_overflow(self) -> None:
@@ -553,8 +593,7 @@ class Translator:
             # inside a multi-byte character that the next content token completes (it became U+FFFD before).
             text = "".join(self._decoder.decode(token) for token in header)
             if text:
-                item.parts.append(text)
-                self._emit_delta(item, text)
+                self._push_text(item, text)
             self.state = State.CONTENT
             return
         self._model_error(
@@ -618,6 +657,8 @@ class Translator:
             item.delta["logprobs"] = []
             if self._want_logprobs:
                 item.logprobs = []
+            if self._citations is not None:
+                item.cites = CitationFilter(self._citations)
         elif kind is ItemKind.REASONING:
             item_id = self._new_id("rs")
             added = {
@@ -709,8 +750,9 @@ class Translator:
     def _finish_text(self, item: _Item) -> str:
         tail = self._decoder.flush()
         if tail:
-            item.parts.append(tail)
-            self._emit_delta(item, tail)
+            self._push_text(item, tail)
+        if item.cites is not None:
+            self._cite_text(item, item.cites.flush())  # an unfinished citation at the end is text
         return "".join(item.parts)
 
     def _close(self, item: _Item, status: str) -> None:
@@ -734,6 +776,8 @@ class Translator:
                 }
             )
             part = _text_part(text, logprobs)
+            if item.cites is not None:
+                part["annotations"] = item.cites.annotations
             self._emit_part("response.content_part.done", item, part)
             done["content"] = [part]
         elif kind is ItemKind.REASONING:
