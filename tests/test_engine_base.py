@@ -118,7 +118,7 @@ def test_MockEngine_aclose_reaches_the_handler() -> None:
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("spec", ["vllm", "echo:x", "Echo", "", "replay"])
+@pytest.mark.parametrize("spec", ["gpt-5", "echo:x", "Echo", "", "replay"])
 def test_engine_from_spec_unknown(spec: str) -> None:
     with pytest.raises(ValueError) as info:
         engine_from_spec(spec)

@@ -4,13 +4,15 @@ Routes: ``POST /v1/responses`` (responses.py), ``GET /v1/models`` and ``GET /v1/
 OpenAI list and model shapes), ``GET /health``. Unknown routes get a JSON 404 and wrong methods a JSON
 405 through ``errors.exception_handlers``, so every answer the server gives is OpenAI-shaped.
 
-The lifespan loads the Harmony vocabulary (about a second, once per process) and starts the engine; it
-closes the engine on shutdown.
+The lifespan loads the Harmony vocabulary (about a second, once per process) and starts the engine (for
+real engines: the start-up check that it is reachable and serves Harmony); it closes the engine on
+shutdown. A failed check is logged as one sentence and kept in ``app.state.startup_error`` for the CLI.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -21,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..engine import Engine, engine_from_spec
+from ..engine import Engine, EngineError, engine_from_spec
 from ..vocab import load_encoding, load_vocabulary
 from .auth import BearerAuth
 from .config import Config
@@ -32,6 +34,8 @@ from .sealed import configure_reasoning_key
 __all__ = ["create_app"]
 
 MODEL_OWNER = "harmony-responses"
+
+logger = logging.getLogger("harmony_responses.api")
 
 
 def _model_object(name: str, created: int) -> dict[str, object]:
@@ -66,14 +70,19 @@ def create_app(config: Config, *, engine: Engine | None = None) -> Starlette:
     Raises:
         ValueError: ``config.engine`` is not a valid engine spec (the message lists the valid forms).
     """
-    engine = engine if engine is not None else engine_from_spec(config.engine)
+    engine = engine if engine is not None else engine_from_spec(config.engine, config.engine_options)
     sealer = configure_reasoning_key(config.secret_key)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         vocab = await anyio.to_thread.run_sync(load_vocabulary)
         await anyio.to_thread.run_sync(load_encoding)
-        await engine.start()
+        try:
+            await engine.start()
+        except EngineError as exc:
+            app.state.startup_error = exc
+            logger.error("the engine cannot serve: %s", exc)
+            raise
         app.state.services = Services(
             config=config, engine=engine, vocab=vocab, sealer=sealer, started_at=int(time.time())
         )
@@ -92,4 +101,5 @@ def create_app(config: Config, *, engine: Engine | None = None) -> Starlette:
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.config = config
     app.state.engine = engine
+    app.state.startup_error = None
     return app

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
-from ..engine import engine_from_spec
+from ..engine import EngineOptions, engine_from_spec
 from .app import create_app
 from .config import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS, Config
 
@@ -50,6 +50,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    return 0.0 if float(text) == 0 else _seconds(text)
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -73,7 +84,69 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--engine",
         default=_env("ENGINE") or "echo",
-        help="engine spec: 'echo' (a stand-in, not a model; the default) or 'replay:PATH'" + _env_help("ENGINE"),
+        help="engine spec: 'echo' (a stand-in, not a model; the default), 'replay:PATH', 'vllm', 'sglang', "
+        "'llamacpp', 'trtllm' (each optionally ':URL') or 'transformers:PATH'" + _env_help("ENGINE"),
+    )
+    add(
+        "--engine-url",
+        default=_env("ENGINE_URL"),
+        metavar="URL",
+        help="the HTTP engine's base URL (default: its usual local port)" + _env_help("ENGINE_URL"),
+    )
+    add(
+        "--engine-model",
+        default=_env("ENGINE_MODEL"),
+        metavar="NAME",
+        help="the engine's model name (default: the one it serves)" + _env_help("ENGINE_MODEL"),
+    )
+    add(
+        "--engine-api-key",
+        default=_env("ENGINE_API_KEY"),
+        metavar="KEY",
+        help="bearer token for an engine started with an API key" + _env_help("ENGINE_API_KEY"),
+    )
+    add(
+        "--engine-connect-timeout",
+        type=_seconds,
+        default=_env("ENGINE_CONNECT_TIMEOUT") or str(EngineOptions.connect_timeout),
+        metavar="SECONDS",
+        help="bound on connecting to the engine" + _env_help("ENGINE_CONNECT_TIMEOUT"),
+    )
+    add(
+        "--engine-first-token-timeout",
+        type=_seconds,
+        default=_env("ENGINE_FIRST_TOKEN_TIMEOUT") or str(EngineOptions.first_token_timeout),
+        metavar="SECONDS",
+        help="bound from sending a request to its first token" + _env_help("ENGINE_FIRST_TOKEN_TIMEOUT"),
+    )
+    add(
+        "--engine-stall-timeout",
+        type=_seconds,
+        default=_env("ENGINE_STALL_TIMEOUT") or str(EngineOptions.stall_timeout),
+        metavar="SECONDS",
+        help="bound on the engine's silence mid-stream" + _env_help("ENGINE_STALL_TIMEOUT"),
+    )
+    add(
+        "--engine-max-connections",
+        type=_positive_int,
+        default=_env("ENGINE_MAX_CONNECTIONS") or str(EngineOptions.max_connections),
+        metavar="N",
+        help="connection pool size: concurrent generations per engine" + _env_help("ENGINE_MAX_CONNECTIONS"),
+    )
+    add(
+        "--engine-start-wait",
+        type=_seconds_or_zero,
+        default=_env("ENGINE_START_WAIT") or "0",
+        metavar="SECONDS",
+        help="keep retrying an unreachable engine at start for this long (0: fail at once)"
+        + _env_help("ENGINE_START_WAIT"),
+    )
+    add(
+        "--record",
+        default=_env("RECORD"),
+        metavar="PATH",
+        help="append every engine call to PATH in the replay format ('replay:PATH' plays it back)"
+        + _env_help("RECORD"),
     )
     add(
         "--api-key",
@@ -129,6 +202,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
         port=args.port,
         models=tuple(args.models or _env_list("MODEL") or DEFAULT_MODELS),
         engine=args.engine,
+        engine_url=args.engine_url,
+        engine_model=args.engine_model,
+        engine_api_key=args.engine_api_key,
+        engine_connect_timeout=args.engine_connect_timeout,
+        engine_first_token_timeout=args.engine_first_token_timeout,
+        engine_stall_timeout=args.engine_stall_timeout,
+        engine_max_connections=args.engine_max_connections,
+        engine_start_wait=args.engine_start_wait,
+        record=args.record,
         api_keys=tuple(args.api_keys or _env_list("API_KEY") or ()),
         log_level=args.log_level,
         max_body_bytes=args.max_body_bytes,
@@ -172,7 +254,7 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         config = config_from_args(args)
-        engine = engine_from_spec(config.engine)
+        engine = engine_from_spec(config.engine, config.engine_options)
     except (ValueError, AssertionError) as exc:
         print(f"harmony-responses serve: {exc}", file=sys.stderr)
         return 2
@@ -188,4 +270,6 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         on_listening,
     )
     server.run()
+    if app.state.startup_error is not None:
+        print(f"harmony-responses serve: the engine cannot serve: {app.state.startup_error}", file=sys.stderr)
     return 0 if server.started else 1

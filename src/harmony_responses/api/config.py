@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..engine import EngineOptions
+
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MODELS", "Config"]
 
 DEFAULT_MODELS: tuple[str, ...] = ("gpt-oss-120b", "gpt-oss-20b")
@@ -22,7 +24,11 @@ class Config:
         host, port: where ``serve`` listens (the app itself does not use them).
         models: model names the server answers to; the first is listed first by ``/v1/models``.
             A request for any other name gets 404 ``model_not_found``.
-        engine: an engine spec (``echo``, ``replay:PATH``; see ``harmony_responses.engine``).
+        engine: an engine spec (``echo``, ``replay:PATH``, ``vllm[:URL]``, ``sglang[:URL]``,
+            ``llamacpp[:URL]``, ``trtllm[:URL]``, ``transformers:PATH``; see ``harmony_responses.engine``).
+        engine_url, engine_model, engine_api_key, engine_connect_timeout, engine_first_token_timeout,
+        engine_stall_timeout, engine_max_connections, engine_start_wait, record: the engine's
+            ``EngineOptions`` (``engine/_options.py`` says what each means).
         api_keys: accepted bearer tokens; empty means no authentication.
         log_level: uvicorn's and our loggers' level.
         max_body_bytes: larger request bodies get 413.
@@ -38,6 +44,15 @@ class Config:
     port: int = 8000
     models: tuple[str, ...] = DEFAULT_MODELS
     engine: str = "echo"
+    engine_url: str | None = None
+    engine_model: str | None = None
+    engine_api_key: str | None = field(default=None, repr=False)
+    engine_connect_timeout: float = EngineOptions.connect_timeout
+    engine_first_token_timeout: float = EngineOptions.first_token_timeout
+    engine_stall_timeout: float = EngineOptions.stall_timeout
+    engine_max_connections: int = EngineOptions.max_connections
+    engine_start_wait: float = EngineOptions.start_wait
+    record: str | None = None
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     log_level: str = "info"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -58,3 +73,17 @@ class Config:
     @property
     def default_model(self) -> str:
         return self.models[0]
+
+    @property
+    def engine_options(self) -> EngineOptions:
+        return EngineOptions(
+            url=self.engine_url,
+            model=self.engine_model,
+            api_key=self.engine_api_key,
+            connect_timeout=self.engine_connect_timeout,
+            first_token_timeout=self.engine_first_token_timeout,
+            stall_timeout=self.engine_stall_timeout,
+            max_connections=self.engine_max_connections,
+            start_wait=self.engine_start_wait,
+            record=self.record,
+        )

@@ -11,7 +11,8 @@ Mapping (``to_api_error``):
     APIError              as raised (validation, auth, routing decisions in this package)
     RenderError           400, its param and code (the request cannot be rendered into Harmony)
     HTTPException         404 "Invalid URL (METHOD /path)", 405, or its status and detail
-    EngineError           503 server_error: the engine cannot take the request
+    EngineError           its status_hint and code_hint: 503 server_error engine_unavailable, or 400
+                          context_length_exceeded when the engine refused a prompt longer than its context
     anything else         500 server_error, no detail: a bug, logged with its traceback
 """
 
@@ -93,11 +94,12 @@ def to_api_error(exc: BaseException, *, method: str = "", path: str = "") -> API
             )
         return APIError(str(exc.detail), status=exc.status_code, headers=exc.headers)
     if isinstance(exc, EngineError):
+        status = exc.status_hint
         return APIError(
             f"The engine could not take the request: {exc}",
-            status=503,
-            type="server_error",
-            code="engine_unavailable",
+            status=status,
+            type="server_error" if status >= 500 else "invalid_request_error",
+            code=exc.code_hint,
         )
     logger.error("unexpected error", exc_info=exc)
     return APIError(SERVER_ERROR_MESSAGE, status=500, type="server_error", code="server_error")

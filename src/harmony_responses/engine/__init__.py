@@ -1,11 +1,29 @@
 """Engines: token ids in, token ids out, cancellable. See ``_base`` for the stream contract."""
 
-from ._base import HARMONY_STOP_TOKEN_IDS, Engine, EngineError, EngineStream, GenerateRequest
+from ._base import (
+    HARMONY_STOP_TOKEN_IDS,
+    Engine,
+    EngineError,
+    EngineMismatch,
+    EngineProtocolError,
+    EngineRefused,
+    EngineStream,
+    EngineTimeout,
+    EngineUnavailable,
+    GenerateRequest,
+)
 from ._echo import EchoEngine
+from ._http import HTTPEngine
+from ._llamacpp import LlamaCppEngine
 from ._mock import MockEngine
+from ._options import EngineOptions
 from ._play import fake_logprobs
+from ._record import RecordingEngine
 from ._replay import ReplayEngine, ScriptedCall, load_script
+from ._sglang import SGLangEngine
 from ._spec import ENGINE_SPECS, engine_from_spec
+from ._trtllm import TRTLLMEngine
+from ._vllm import VLLMEngine
 
 __all__ = [
     "ENGINE_SPECS",
@@ -13,11 +31,23 @@ __all__ = [
     "EchoEngine",
     "Engine",
     "EngineError",
+    "EngineMismatch",
+    "EngineOptions",
+    "EngineProtocolError",
+    "EngineRefused",
     "EngineStream",
+    "EngineTimeout",
+    "EngineUnavailable",
     "GenerateRequest",
+    "HTTPEngine",
+    "LlamaCppEngine",
     "MockEngine",
+    "RecordingEngine",
     "ReplayEngine",
+    "SGLangEngine",
     "ScriptedCall",
+    "TRTLLMEngine",
+    "VLLMEngine",
     "engine_from_spec",
     "fake_logprobs",
     "load_script",

@@ -26,7 +26,18 @@ from typing import Self
 
 from ..tokens import EngineEnd, TokenChunk
 
-__all__ = ["HARMONY_STOP_TOKEN_IDS", "Engine", "EngineError", "EngineStream", "GenerateRequest"]
+__all__ = [
+    "HARMONY_STOP_TOKEN_IDS",
+    "Engine",
+    "EngineError",
+    "EngineMismatch",
+    "EngineProtocolError",
+    "EngineRefused",
+    "EngineStream",
+    "EngineTimeout",
+    "EngineUnavailable",
+    "GenerateRequest",
+]
 
 # <|call|> and <|return|>: what the sampler must stop on (harmony.md §1). Never <|end|>: the model
 # writes several messages per turn separated by it.
@@ -41,12 +52,55 @@ EngineStream = AsyncGenerator[TokenChunk | EngineEnd, None]
 class EngineError(Exception):
     """The engine cannot serve: raised by ``start()``, or by ``generate()`` before its first item.
 
-    Exception tree (HTTP adapters add subclasses under it)::
+    Exception tree (``_http.map_errors`` maps every httpx exception onto it; in-process engines raise the
+    same classes)::
 
-        EngineError          engine unusable or request refused before the stream started (→ 503)
+        EngineError               the engine cannot serve this request (→ 503 before the stream)
+         ├── EngineUnavailable    cannot reach it: connection refused, unknown host, connect timeout,
+         │                        every pooled connection busy
+         ├── EngineTimeout        reached, but no first token in time, or the stream stalled
+         ├── EngineRefused        it answered with an error: an HTTP status >= 400, or an error object
+         │                        in the stream (a context-length refusal → 400 context_length_exceeded)
+         ├── EngineProtocolError  it broke its protocol: the connection cut mid-stream, data that is
+         │                        not JSON or not the shape engines.md documents
+         └── EngineMismatch       (start-up check) it answers, but cannot serve Harmony: no Harmony
+                                  vocabulary, not the model asked for, a needed endpoint missing
 
-    Once a stream has yielded anything, failures arrive as ``EngineEnd(reason="error")`` instead.
+    Once a stream has yielded anything, failures arrive as ``EngineEnd(reason="error")`` instead, with
+    the exception's message. ``status_hint`` and ``code_hint`` tell the server which HTTP error to
+    answer with when nothing has been sent yet (as h11's ``error_status_hint``).
     """
+
+    status_hint: int = 503
+    code_hint: str = "engine_unavailable"
+
+
+class EngineUnavailable(EngineError):
+    """The engine cannot be reached (nothing was sent, or the connection could not be made)."""
+
+
+class EngineTimeout(EngineError):
+    """The engine took longer than a configured bound: first token, or silence mid-stream."""
+
+
+class EngineRefused(EngineError):
+    """The engine answered with an error (HTTP status >= 400, or an error object in the stream)."""
+
+    def __init__(self, message: str, *, status: int | None = None, context_length: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        if context_length:
+            # The prompt is longer than the engine's context: the client's request is at fault.
+            self.status_hint = 400
+            self.code_hint = "context_length_exceeded"
+
+
+class EngineProtocolError(EngineError):
+    """The engine broke its protocol: a cut connection, or data we cannot read."""
+
+
+class EngineMismatch(EngineError):
+    """The start-up check found an engine that answers but cannot serve Harmony as configured."""
 
 
 @dataclass(frozen=True, kw_only=True)

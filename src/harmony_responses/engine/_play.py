@@ -61,22 +61,45 @@ async def play(
     chunk: int = 1,
     delay: float = 0.0,
     logprobs: bool = True,
+    chunks: Sequence[int] | None = None,
+    recorded_logprobs: Sequence[TokenLogprob | None] | None = None,
+    prompt_tokens: int | None = None,
+    cached_tokens: int = 0,
 ) -> EngineStream:
     """Stream ``tokens`` in chunks of ``chunk`` ids, sleeping ``delay`` seconds between chunks.
 
     ``finish`` and ``message`` are the scripted ending, replaced by ``"stop"`` or ``"length"`` when the
     request's stop ids or budget cut the tokens short. Logprobs are produced when ``logprobs`` is true
-    and the request asks for them.
+    and the request asks for them. A recording replays exactly: ``chunks`` gives each chunk's size (in
+    place of ``chunk``), ``recorded_logprobs`` the engine's logprobs per token (None where it gave
+    none), and ``prompt_tokens``/``cached_tokens`` the counts it reported.
     """
     tokens, finish, message = _cut(tokens, request, finish, message)
     top = request.top_logprobs
-    lps = fake_logprobs(tokens, top) if logprobs and top is not None else None
-    for at in range(0, len(tokens), chunk):
+    lps: Sequence[TokenLogprob | None] | None = None
+    if top is not None:
+        if recorded_logprobs is not None:
+            lps = [lp if lp is None else TokenLogprob(logprob=lp.logprob, top=lp.top[:top]) for lp in recorded_logprobs]
+        elif logprobs:
+            lps = fake_logprobs(tokens, top)
+    if chunks is None:
+        chunks = [chunk] * ((len(tokens) + chunk - 1) // chunk)
+    at = 0
+    for size in chunks:
+        if at >= len(tokens):
+            break
         # Between chunks only: the first chunk comes at once, like a warm engine's first token.
         if at and delay > 0:
             await asyncio.sleep(delay)
+        part = lps[at : at + size] if lps is not None else None
         yield TokenChunk(
-            token_ids=list(tokens[at : at + chunk]),
-            logprobs=lps[at : at + chunk] if lps is not None else None,
+            token_ids=list(tokens[at : at + size]),
+            logprobs=None if part is None or None in part else list(part),  # type: ignore[arg-type]
         )
-    yield EngineEnd(reason=finish, message=message, prompt_tokens=len(request.prompt_ids), cached_tokens=0)
+        at += size
+    yield EngineEnd(
+        reason=finish,
+        message=message,
+        prompt_tokens=len(request.prompt_ids) if prompt_tokens is None else prompt_tokens,
+        cached_tokens=cached_tokens,
+    )

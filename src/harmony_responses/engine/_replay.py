@@ -13,7 +13,8 @@ Fields:
 - ``"harmony"``: the completion as text, special tokens written literally (encoded with
   ``allowed_special="all"``); or ``"tokens"``: the completion's token ids. Exactly one of them, except
   that a line that ends in an error may have neither (no tokens, then the error).
-- ``"chunk"``: tokens per ``TokenChunk`` (default 1).
+- ``"chunk"``: tokens per ``TokenChunk`` (default 1); or ``"chunks"``: the size of each chunk in turn
+  (``[3, 1, 2]``), adding up to the number of tokens, as a recording keeps the engine's chunking.
 - ``"delay_ms"``: sleep between chunks, in milliseconds (default 0).
 - ``"finish"``: ``"stop"``, ``"length"`` or ``"error"``. Default: ``"error"`` when ``"error"`` is given,
   else ``"stop"`` when the tokens end with ``<|return|>`` or ``<|call|>``, else ``"length"``.
@@ -21,6 +22,18 @@ Fields:
 - ``"logprobs"``: true to produce deterministic fake logprobs when the request asks for them: the k-th
   generated token (from 0) gets ``-0.1 * (k + 1)``, and the ``top_logprobs`` alternatives are the token
   itself followed by ids ``token + j`` with logprob ``lp - j``. Without it, no logprobs are returned.
+
+Fields a recording writes (``--record PATH``, ``_record.py``), so that a session replays exactly:
+
+- ``"token_logprobs"``: the engine's logprobs, one entry per token: ``[logprob, [[id, logprob], …]]``
+  (the top alternatives), or null for a token that had none (a stop id the adapter added). Served,
+  cut to the request's ``top_logprobs``, instead of fake ones.
+- ``"prompt_tokens"``, ``"cached_tokens"``: the counts the engine reported (default: the prompt's
+  length, and 0).
+- ``"refused": true``: the engine refused the call before streaming anything (the server answered
+  503); replayed by raising ``EngineError`` with ``"error"`` as its message.
+
+Calls are recorded when they end, so concurrent calls are written in the order they finished.
 
 Like a real engine, it stops after the first of the request's stop ids (finish ``"stop"``) and cuts at
 the request's ``max_tokens`` (finish ``"length"``); the scripted ending is then never reached.
@@ -34,16 +47,29 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..tokens import FinishReason
+from ..tokens import FinishReason, TokenLogprob
 from ..vocab import VOCAB_SIZE, load_encoding
-from ._base import Engine, EngineStream, GenerateRequest
+from ._base import Engine, EngineError, EngineStream, GenerateRequest
 from ._play import play
 
 __all__ = ["ReplayEngine"]
 
 _STOP_IDS = (200002, 200012)
 _FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "error")
-_FIELDS = ("harmony", "tokens", "chunk", "delay_ms", "finish", "error", "logprobs")
+_FIELDS = (
+    "harmony",
+    "tokens",
+    "chunk",
+    "chunks",
+    "delay_ms",
+    "finish",
+    "error",
+    "logprobs",
+    "token_logprobs",
+    "prompt_tokens",
+    "cached_tokens",
+    "refused",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +83,11 @@ class ScriptedCall:
     chunk: int
     delay: float
     logprobs: bool
+    chunks: tuple[int, ...] | None = None
+    token_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int = 0
+    refused: bool = False
 
 
 class _BadLine(Exception):
@@ -116,6 +147,29 @@ def _parse_line(text: str, line: int) -> ScriptedCall:
     logprobs = obj.get("logprobs", False)
     if not isinstance(logprobs, bool):
         raise _BadLine(f'"logprobs" must be true or false, got {logprobs!r}')
+    chunks = obj.get("chunks")
+    if chunks is not None:
+        if "chunk" in obj:
+            raise _BadLine('give either "chunk" or "chunks", not both')
+        if not isinstance(chunks, list) or not all(_is_int(n) and n >= 1 for n in chunks):
+            raise _BadLine('"chunks" must be a list of chunk sizes >= 1')
+        if sum(chunks) != len(tokens):
+            raise _BadLine(f'"chunks" add up to {sum(chunks)} tokens, but the line has {len(tokens)}')
+        chunks = tuple(chunks)
+    token_logprobs = obj.get("token_logprobs")
+    if token_logprobs is not None:
+        token_logprobs = _parse_logprobs(token_logprobs, len(tokens))
+    counts = {}
+    for name in ("prompt_tokens", "cached_tokens"):
+        value = obj.get(name)
+        if value is not None and (not _is_int(value) or value < 0):
+            raise _BadLine(f'"{name}" must be a whole number >= 0, got {value!r}')
+        counts[name] = value
+    refused = obj.get("refused", False)
+    if not isinstance(refused, bool):
+        raise _BadLine(f'"refused" must be true or false, got {refused!r}')
+    if refused and (message is None or tokens):
+        raise _BadLine('a "refused" call has an "error" message and no tokens')
 
     if finish is None:
         if message is not None:
@@ -132,7 +186,31 @@ def _parse_line(text: str, line: int) -> ScriptedCall:
         chunk=chunk,
         delay=delay_ms / 1000,
         logprobs=logprobs,
+        chunks=chunks,
+        token_logprobs=token_logprobs,
+        prompt_tokens=counts["prompt_tokens"],
+        cached_tokens=counts["cached_tokens"] or 0,
+        refused=refused,
     )
+
+
+def _parse_logprobs(value: object, n: int) -> tuple[TokenLogprob | None, ...]:
+    if not isinstance(value, list) or len(value) != n:
+        raise _BadLine(f'"token_logprobs" must be a list with one entry per token ({n})')
+    out: list[TokenLogprob | None] = []
+    for i, entry in enumerate(value):
+        if entry is None:
+            out.append(None)
+            continue
+        try:
+            lp, top = entry
+            pairs = tuple((int(t), float(v)) for t, v in top)
+            if not all(_is_int(t) for t, _ in top):
+                raise TypeError
+            out.append(TokenLogprob(logprob=float(lp), top=pairs))
+        except (TypeError, ValueError):
+            raise _BadLine(f'"token_logprobs"[{i}] must be [logprob, [[id, logprob], …]] or null') from None
+    return tuple(out)
 
 
 def load_script(path: str | Path) -> tuple[ScriptedCall, ...]:
@@ -194,6 +272,8 @@ class ReplayEngine(Engine):
         with self._lock:
             call = self.calls[self._served % len(self.calls)]
             self._served += 1
+        if call.refused:
+            return _refuse(call.message or "")
         return play(
             call.tokens,
             request,
@@ -202,8 +282,17 @@ class ReplayEngine(Engine):
             chunk=call.chunk,
             delay=call.delay,
             logprobs=call.logprobs,
+            chunks=call.chunks,
+            recorded_logprobs=call.token_logprobs,
+            prompt_tokens=call.prompt_tokens,
+            cached_tokens=call.cached_tokens,
         )
 
     def describe(self) -> str:
         n = len(self.calls)
         return f"replay: {n} scripted engine call{'s' if n != 1 else ''} from {self.path}, served in order"
+
+
+async def _refuse(message: str) -> EngineStream:
+    raise EngineError(message)
+    yield  # an async generator, so that the error comes at the first item like an engine's

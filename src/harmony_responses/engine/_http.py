@@ -1,0 +1,681 @@
+"""What the HTTP adapters share: the pooled client, bounded waits, SSE lines, error mapping, stop ids.
+
+``HTTPEngine`` owns one ``httpx.AsyncClient`` per engine (explicit ``Timeout`` and ``Limits``), so that
+every stream to one engine shares one connection pool, and runs the stream loop every adapter needs:
+
+    POST → status check → SSE/NDJSON lines (``aiter_lines``) → adapter's ``StreamReader.feed(obj)``
+         → ``TokenChunk``s → stop id settled → ``EngineEnd``
+
+An adapter (``_vllm.py``, ``_sglang.py``, ``_llamacpp.py``, ``_trtllm.py``) says only what differs:
+the request body, how to read one streamed JSON object, the start-up check and the abort call.
+
+Bounds. Connecting is bounded by httpx's connect timeout; everything after by a per-stream watchdog
+(``_Watchdog``): a first-token deadline from the moment the request is sent, then a stall bound on each
+wait for the engine's next line. The watchdog only counts time spent waiting *for the engine*: while
+the consumer is slow (a client reading slowly holds the server's send), the engine is not stalled.
+It costs one timer per stream, re-armed about once per stall period, instead of a timeout scope per
+line (which costs ~6 µs a line). The watchdog uses asyncio directly: the server runs on uvicorn's loop.
+
+Stop ids (engines.md §1). Harmony needs ``<|call|>`` or ``<|return|>`` at the end of a stopped message
+and some engines strip the id they stopped on. ``settle_stop`` appends it when it is missing: the id the
+engine says it matched, else the one the open message calls for (``<|call|>`` when its header names a
+recipient, else ``<|return|>``). An engine that stopped on ``<|end|>`` is misconfigured (it must never
+stop sampling: harmony.md §1), which is reported rather than passed on as a short answer.
+
+Errors. ``map_errors`` is the one place where httpx's exceptions (and unreadable data) become the
+``EngineError`` tree drawn in ``_base.py``; before the first token the error is raised (the server
+answers 503), after it the stream ends with ``EngineEnd(reason="error")`` naming the engine.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+
+from ..tokens import EngineEnd, FinishReason, TokenChunk, TokenLogprob
+from ..vocab import VOCAB_SIZE, load_encoding
+from ._base import (
+    Engine,
+    EngineError,
+    EngineMismatch,
+    EngineProtocolError,
+    EngineRefused,
+    EngineStream,
+    EngineTimeout,
+    EngineUnavailable,
+    GenerateRequest,
+)
+from ._options import EngineOptions
+
+__all__ = [
+    "HARMONY_PROBE",
+    "HTTPEngine",
+    "HTTPX_ERRORS",
+    "StreamReader",
+    "map_errors",
+    "parse_completion_logprobs",
+    "settle_stop",
+]
+
+logger = logging.getLogger("harmony_responses.engine")
+
+_START, _END, _MESSAGE, _RETURN, _CALL = 200006, 200007, 200008, 200002, 200012
+
+# Detokenising these must give back their literal text on a Harmony tokenizer (engines.md §1, readiness).
+HARMONY_PROBE = ([200006, 200008, 200002], "<|start|><|message|><|return|>")
+
+# Used when a request carries no budget (the server always sends one): engine defaults are tiny or
+# unbounded (vLLM completions 16, SGLang 128, llama.cpp -1).
+DEFAULT_MAX_TOKENS = 4096
+# Bounds of the calls around a stream: start-up checks and abort requests.
+CHECK_TIMEOUT = 10.0
+ABORT_TIMEOUT = 2.0
+# How much of an error body goes into a message: enough for the engine's sentence, never a whole page.
+ERROR_EXCERPT = 300
+
+# Every httpx exception → (our class, what happened), most specific first by MRO lookup. A test checks
+# that every exception class httpx exports has its own entry, so that a new one cannot slip through as
+# a 500.
+HTTPX_ERRORS: dict[type[Exception], tuple[type[EngineError], str]] = {
+    httpx.ConnectError: (EngineUnavailable, "cannot connect"),
+    httpx.ConnectTimeout: (EngineUnavailable, "connecting timed out"),
+    httpx.PoolTimeout: (EngineUnavailable, "no free connection to the engine in time (raise --engine-max-connections)"),
+    httpx.UnsupportedProtocol: (EngineUnavailable, "the engine URL's scheme is not http or https"),
+    httpx.ProxyError: (EngineUnavailable, "the proxy refused to connect to the engine"),
+    httpx.InvalidURL: (EngineUnavailable, "the engine URL is invalid"),
+    httpx.ReadTimeout: (EngineTimeout, "reading from the engine timed out"),
+    httpx.WriteTimeout: (EngineTimeout, "sending the request to the engine timed out"),
+    httpx.TimeoutException: (EngineTimeout, "the engine timed out"),
+    httpx.ReadError: (EngineProtocolError, "the connection failed mid-response"),
+    httpx.WriteError: (EngineProtocolError, "the connection failed while sending the request"),
+    httpx.CloseError: (EngineProtocolError, "the connection failed while closing"),
+    httpx.NetworkError: (EngineProtocolError, "the connection failed"),
+    httpx.RemoteProtocolError: (EngineProtocolError, "the connection was cut mid-response"),
+    httpx.LocalProtocolError: (EngineProtocolError, "could not send the request"),
+    httpx.ProtocolError: (EngineProtocolError, "HTTP protocol error"),
+    httpx.TransportError: (EngineUnavailable, "transport error"),
+    httpx.DecodingError: (EngineProtocolError, "the response body could not be decoded"),
+    httpx.TooManyRedirects: (EngineProtocolError, "the engine redirected too often"),
+    httpx.RequestError: (EngineProtocolError, "the request failed"),
+    httpx.HTTPStatusError: (EngineRefused, "the engine answered with an error status"),
+    httpx.HTTPError: (EngineError, "HTTP error"),
+    httpx.CookieConflict: (EngineProtocolError, "conflicting cookies"),
+    httpx.StreamConsumed: (EngineProtocolError, "the response stream was already read"),
+    httpx.StreamClosed: (EngineProtocolError, "the response stream was closed"),
+    httpx.ResponseNotRead: (EngineProtocolError, "the response was not read"),
+    httpx.RequestNotRead: (EngineProtocolError, "the request was not read"),
+    httpx.StreamError: (EngineProtocolError, "response stream misuse"),
+}
+
+# Exceptions that reading garbage raises: JSON that parses but has the wrong shape.
+_GARBAGE = (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+@contextlib.contextmanager
+def map_errors(label: str) -> Iterator[None]:
+    """Re-raise httpx exceptions and unreadable data as ``EngineError``s naming the engine (``label``).
+
+    ``EngineError``s pass through untouched; anything else is a bug and propagates.
+    """
+    try:
+        yield
+    except EngineError:
+        raise
+    except Exception as exc:
+        for cls in type(exc).__mro__:
+            mapped = HTTPX_ERRORS.get(cls)  # type: ignore[arg-type]
+            if mapped is not None:
+                kind, what = mapped
+                detail = str(exc) or type(exc).__name__
+                raise kind(f"{label}: {what} ({detail})") from exc
+        if isinstance(exc, _GARBAGE):
+            raise EngineProtocolError(f"{label}: sent data we cannot read ({type(exc).__name__}: {exc})") from exc
+        raise
+
+
+def is_token_id(value: object) -> bool:
+    return type(value) is int and 0 <= value < VOCAB_SIZE  # type: ignore[operator]
+
+
+def token_ids(value: object, what: str) -> list[int]:
+    """``value`` as a list of token ids; EngineProtocolError naming ``what`` when it is not one."""
+    if not isinstance(value, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in value):
+        raise EngineProtocolError(f"{what} is not a list of token ids: {_excerpt(value)}")
+    return value
+
+
+def _excerpt(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= ERROR_EXCERPT else text[:ERROR_EXCERPT] + "…"
+
+
+def error_message(obj: Any) -> str | None:
+    """The message of an error object in a stream or error body (``{"error": …}``, ``object: "error"``)."""
+    if not isinstance(obj, dict):
+        return None
+    error = obj.get("error")
+    if error:
+        if isinstance(error, dict):
+            return str(error.get("message") or error)
+        return str(error)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj)
+    return None
+
+
+_CONTEXT_LENGTH = re.compile(r"context length|context window|max_model_len|n_ctx|too long|exceeds? the", re.I)
+
+
+def refused(label: str, status: int | None, body: bytes | str) -> EngineRefused:
+    """The error for an engine's error answer (status None: an error object inside the stream)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        message = error_message(orjson.loads(text)) or text
+    except orjson.JSONDecodeError:
+        message = text
+    message = _excerpt(message.strip() or "(no body)")
+    where = f"HTTP {status}" if status is not None else "an error in the stream"
+    return EngineRefused(
+        f"{label}: {where}: {message}",
+        status=status,
+        context_length=status is not None and 400 <= status < 500 and bool(_CONTEXT_LENGTH.search(message)),
+    )
+
+
+def parse_completion_logprobs(lp: Any, ids: Sequence[int], top: int) -> list[TokenLogprob]:
+    """OpenAI-completions logprobs (``token_logprobs``, ``top_logprobs``) aligned with ``ids``.
+
+    Alternatives are keyed ``"token_id:N"`` (vLLM's ``return_tokens_as_token_ids``); alternatives keyed
+    by text cannot be mapped to ids and are left out rather than guessed.
+    """
+    values = lp["token_logprobs"]
+    tops = lp.get("top_logprobs") or [None] * len(values)
+    if len(values) != len(ids) or len(tops) != len(ids):
+        raise EngineProtocolError(f"logprobs for {len(values)} tokens in a chunk of {len(ids)}")
+    out = []
+    for value, alternatives in zip(values, tops, strict=True):
+        pairs: list[tuple[int, float]] = []
+        if alternatives:
+            for key, alt in alternatives.items():
+                if isinstance(key, str) and key.startswith("token_id:"):
+                    pairs.append((int(key[9:]), _logprob(alt)))
+            pairs.sort(key=lambda p: -p[1])
+        out.append(TokenLogprob(logprob=_logprob(value), top=tuple(pairs[:top])))
+    return out
+
+
+def _logprob(value: Any) -> float:
+    # JSON has no -inf: engines send null, a huge negative number or the string "-inf".
+    if value is None:
+        return -9999.0
+    value = float(value)
+    return value if math.isfinite(value) else -9999.0
+
+
+def settle_stop(
+    request: GenerateRequest, generated: Sequence[int], matched: int | None, eos: bool
+) -> tuple[list[int], str | None]:
+    """After a ``stop`` finish: the stop id to append (``[]`` or one id) and an error message, or None.
+
+    Args:
+        generated: every id the engine returned for this call.
+        matched: the stop id the engine says it stopped on, when it says.
+        eos: the engine stopped on the model's own end of sequence (not one of our stop ids): the
+            translator treats that as the end of the stream, nothing to append.
+    """
+    stops = request.stop_token_ids
+    last = generated[-1] if generated else None
+    if last in stops:
+        return [], None
+    if last == _END:
+        return [], (
+            "the engine stopped generating at <|end|>, which must never stop sampling (Harmony writes several "
+            "messages per turn); configure the engine so that only <|return|> and <|call|> end generation"
+        )
+    if matched is not None:
+        return ([matched] if matched in stops else []), None
+    if eos:
+        return [], None
+    wanted = _CALL if _open_message_has_recipient(request.prompt_ids, generated) else _RETURN
+    return ([wanted] if wanted in stops else []), None
+
+
+def _open_message_has_recipient(prompt: Sequence[int], generated: Sequence[int]) -> bool:
+    # The open message starts at the last <|start|>, in the output or (a prefilled header) in the prompt.
+    header: list[int] = []
+    for ids in (generated, prompt):
+        start = _rindex(ids, _START)
+        tail = ids[start + 1 :] if start >= 0 else ids
+        header = list(tail) + header if ids is prompt else list(tail)
+        if start >= 0:
+            break
+    if _MESSAGE not in header:
+        return False  # still in the header: the translator decides what an unfinished header means
+    text = load_encoding().decode(header[: header.index(_MESSAGE)])
+    return re.search(r"(^|\s|>)to=", text) is not None
+
+
+def _rindex(ids: Sequence[int], token: int) -> int:
+    for i in range(len(ids) - 1, -1, -1):
+        if ids[i] == token:
+            return i
+    return -1
+
+
+class StreamReader(abc.ABC):
+    """Reads one generation's streamed JSON objects (sans-I/O); one instance per ``generate`` call.
+
+    ``feed`` returns the new token ids as a chunk (None when the object carries none) and records how
+    the generation ended in ``finish``, ``matched``, ``eos`` and ``cached_tokens``. It raises
+    ``EngineRefused`` for an error object and lets shape errors (KeyError, TypeError…) propagate:
+    ``map_errors`` reports those as unreadable data.
+    """
+
+    def __init__(self, request: GenerateRequest, label: str) -> None:
+        self.request = request
+        self.label = label
+        # The id the engine knows this generation by (its logs, its abort endpoint).
+        self.rid = request.request_id or f"hr-{uuid.uuid4().hex}"
+        self.generated: list[int] = []
+        self.finish: FinishReason | None = None
+        self.matched: int | None = None
+        self.eos = False
+        self.message: str | None = None
+        self.cached_tokens = 0
+
+    @abc.abstractmethod
+    def feed(self, obj: Any) -> TokenChunk | None: ...
+
+    def check_error(self, obj: Any) -> None:
+        message = error_message(obj)
+        if message is not None:
+            raise refused(self.label, None, message)
+
+    def chunk(self, ids: list[int], logprobs: list[TokenLogprob] | None) -> TokenChunk | None:
+        if not ids:
+            return None
+        self.generated.extend(ids)
+        return TokenChunk(token_ids=ids, logprobs=logprobs)
+
+
+class _Watchdog:
+    """Cancels the stream's task when the engine is silent too long (see the module docstring)."""
+
+    __slots__ = ("fired", "first", "handle", "loop", "reading", "stall", "started", "task", "waiting_first")
+
+    def __init__(self, first: float, stall: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None, "engine streams run inside an asyncio task"
+        self.task = task
+        self.first, self.stall = first, stall
+        self.started = self.loop.time()
+        self.reading: float | None = self.started  # since when we wait for the engine, or None
+        self.waiting_first = True
+        self.fired: str | None = None
+        self.handle = self.loop.call_at(self.started + first, self._check)
+
+    def got_first(self) -> None:
+        self.waiting_first = False
+        self.handle.cancel()
+        self.handle = self.loop.call_at(self.loop.time() + self.stall, self._check)
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        reading = self.reading
+        if self.waiting_first:
+            since, limit = self.started, self.first
+        elif reading is not None:
+            since, limit = reading, self.stall
+        else:  # the consumer holds us back: not the engine's fault
+            self.handle = self.loop.call_at(now + self.stall, self._check)
+            return
+        if now - since >= limit * 0.999:
+            self.fired = (
+                f"no first token within {self.first:g} s"
+                if self.waiting_first
+                else f"the stream stalled: no data for {self.stall:g} s"
+            )
+            self.task.cancel()
+        else:
+            self.handle = self.loop.call_at(since + limit, self._check)
+
+    def close(self) -> None:
+        self.handle.cancel()
+
+
+class HTTPEngine(Engine):
+    """The base of the HTTP adapters: one pooled client, the stream loop, start-up check and abort.
+
+    Subclasses set ``name``, ``default_url`` and ``path`` and implement ``body``, ``reader`` and
+    ``check``; ``abort`` is optional (engines that abort on a closed connection need none).
+    """
+
+    default_url = "http://127.0.0.1:8000"
+    path = "/v1/completions"
+
+    def __init__(self, options: EngineOptions | None = None) -> None:
+        self.options = options or EngineOptions()
+        url = (self.options.url or self.default_url).rstrip("/")
+        self.url = url[:-3] if url.endswith("/v1") else url
+        self.model: str | None = self.options.model
+        self.context_length: int | None = None
+        self.label = f"{self.name} at {self.url}"
+        # Constrain the final channel to text.format's schema where the adapter can; switched off for
+        # good when the engine refuses the constraint (an older version).
+        self.constrain_final = True
+        self._client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ adapter hooks
+
+    @abc.abstractmethod
+    def body(self, reader: StreamReader) -> dict[str, Any]:
+        """The JSON body of the streaming generate request (``reader.request``, ``reader.rid``)."""
+
+    @abc.abstractmethod
+    def reader(self, request: GenerateRequest) -> StreamReader:
+        """A fresh reader for one streamed response."""
+
+    @abc.abstractmethod
+    async def check(self) -> None:
+        """Start-up check: raise ``EngineMismatch`` (or let request errors propagate) saying what is wrong."""
+
+    async def abort(self, reader: StreamReader) -> None:
+        """Tell the engine to stop ``reader.rid`` (called after the connection is closed, bounded in time)."""
+
+    def constrains(self, reader: StreamReader) -> bool:
+        """Whether ``body(reader)`` asks the engine to constrain the final channel to a JSON schema."""
+        return False
+
+    # ------------------------------------------------------------------ lifetime
+
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            o = self.options
+            headers = {"authorization": f"Bearer {o.api_key}"} if o.api_key else {}
+            # read=None: the watchdog bounds every wait for the engine (first token, stalls), counting
+            # only the time we spend waiting for it; httpx's read timeout cannot tell the two apart.
+            self._client = httpx.AsyncClient(
+                base_url=self.url,
+                headers=headers,
+                timeout=httpx.Timeout(
+                    connect=o.connect_timeout, read=None, write=o.stall_timeout, pool=o.connect_timeout
+                ),
+                limits=httpx.Limits(
+                    max_connections=o.max_connections,
+                    max_keepalive_connections=o.max_connections,
+                    keepalive_expiry=30.0,
+                ),
+                follow_redirects=False,
+            )
+        return self._client
+
+    async def start(self) -> None:
+        deadline = time.monotonic() + self.options.start_wait
+        while True:
+            try:
+                with map_errors(self.label):
+                    await self.check()
+                return
+            except EngineUnavailable as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                logger.info("%s; retrying for %.0f more seconds", exc, deadline - time.monotonic())
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def describe(self) -> str:
+        model = f", model {self.model}" if self.model else ""
+        return f"{self.name}: {self.url}{model} (token ids over HTTP)"
+
+    # ------------------------------------------------------------------ helpers for checks
+
+    async def get_ok(self, path: str) -> None:
+        """GET ``path`` and require a success status (a health endpoint)."""
+        response = await self.client().get(path, timeout=self._check_timeout())
+        if response.status_code == 503:
+            raise EngineUnavailable(f"{self.label}: GET {path} answered 503: the engine is not ready (still loading?)")
+        if response.status_code >= 400:
+            raise refused(f"{self.label} (GET {path})", response.status_code, response.content)
+
+    async def openapi_paths(self) -> set[str]:
+        """The paths the engine's OpenAPI description lists (empty when it has none)."""
+        try:
+            with map_errors(self.label):
+                spec = await self.get_json("/openapi.json")
+            return set(spec.get("paths") or ()) if isinstance(spec, dict) else set()
+        except EngineError:
+            return set()
+
+    async def get_json(self, path: str) -> Any:
+        response = await self.client().get(path, timeout=self._check_timeout())
+        return self._json_or_raise(response)
+
+    async def post_json(self, path: str, body: Any) -> Any:
+        response = await self.client().post(
+            path, content=orjson.dumps(body), timeout=self._check_timeout(), headers=_JSON
+        )
+        return self._json_or_raise(response)
+
+    def _check_timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(CHECK_TIMEOUT, connect=self.options.connect_timeout)
+
+    def _json_or_raise(self, response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            raise refused(
+                f"{self.label} ({response.request.method} {response.request.url.path})",
+                response.status_code,
+                response.content,
+            )
+        return orjson.loads(response.content)
+
+    def check_detokenized(self, text: object) -> None:
+        ids, expected = HARMONY_PROBE
+        if text != expected:
+            raise EngineMismatch(
+                f"{self.label}: the model's tokenizer is not Harmony's (o200k_harmony): ids {ids} decode to "
+                f"{_excerpt(text)}, not {expected!r}; serve a gpt-oss (Harmony-format) model"
+            )
+
+    def pick_model(self, served: list[str]) -> None:
+        """Check ``--engine-model`` against the engine's model list, or adopt the engine's only model."""
+        if self.model is not None:
+            if served and self.model not in served:
+                raise EngineMismatch(
+                    f"{self.label} serves {', '.join(map(repr, served))}, not {self.model!r} (--engine-model)"
+                )
+        elif served:
+            self.model = served[0]
+            if len(served) > 1:
+                logger.warning("%s serves several models; using %r (choose with --engine-model)", self.label, served[0])
+
+    # ------------------------------------------------------------------ the stream
+
+    async def generate(self, request: GenerateRequest) -> EngineStream:  # type: ignore[override]
+        client = self.client()
+        reader = self.reader(request)
+        label = self.label
+        yielded = False
+        finished = False
+        # True once the engine may be generating for us, until it says it has finished: then closing the
+        # connection early also calls the engine's abort endpoint (when it has one).
+        may_run = False
+        response: httpx.Response | None = None
+        watchdog = _Watchdog(self.options.first_token_timeout, self.options.stall_timeout)
+        loop_time = watchdog.loop.time
+        try:
+            try:
+                with map_errors(label):
+                    try:
+                        may_run = True
+                        while True:
+                            constrained = self.constrains(reader)
+                            response = await client.send(
+                                client.build_request(
+                                    "POST", self.path, content=orjson.dumps(self.body(reader)), headers=_JSON
+                                ),
+                                stream=True,
+                            )
+                            if response.status_code < 400:
+                                break
+                            error = refused(label, response.status_code, await _read_bounded(response))
+                            await response.aclose()
+                            if constrained and response.status_code == 400 and self.constrain_final:
+                                # This engine version does not take our final-channel constraint: go on
+                                # without it (the strict-schema check after generation still applies).
+                                self.constrain_final = False
+                                logger.warning("%s; generating without constrained decoding from now on", error)
+                                continue
+                            may_run = False
+                            raise error
+                        lines = response.aiter_lines()
+                        while True:
+                            watchdog.reading = loop_time()
+                            try:
+                                line = await anext(lines)
+                            except StopAsyncIteration:
+                                break
+                            watchdog.reading = None
+                            # SSE "data: {...}"; NDJSON "{...}"; comments, event names and blank lines skipped.
+                            if line.startswith("data:"):
+                                payload = line[5:].strip()
+                            elif line.startswith("{"):
+                                payload = line
+                            else:
+                                continue
+                            if payload == "[DONE]":
+                                break
+                            if not payload:
+                                continue
+                            try:
+                                obj = orjson.loads(payload)
+                            except orjson.JSONDecodeError:
+                                raise EngineProtocolError(
+                                    f"{label}: sent a line that is not JSON: {_excerpt(line)}"
+                                ) from None
+                            chunk = reader.feed(obj)
+                            if chunk is not None:
+                                if not yielded:
+                                    watchdog.got_first()
+                                    yielded = True
+                                yield chunk
+                    except asyncio.CancelledError:
+                        if watchdog.fired is not None and watchdog.task.uncancel() == 0:
+                            raise EngineTimeout(f"{label}: {watchdog.fired}") from None
+                        raise
+                    watchdog.reading = None
+                    if reader.finish is None:
+                        raise EngineProtocolError(
+                            f"{label}: the stream ended before the engine said how the generation ended"
+                        )
+                    may_run = False
+                    reason, message = reader.finish, reader.message
+                    if reason == "stop":
+                        extra, problem = settle_stop(request, reader.generated, reader.matched, reader.eos)
+                        if problem is not None:
+                            reason, message = "error", f"{label}: {problem}"
+                        elif extra:
+                            reader.generated.extend(extra)
+                            yield TokenChunk(token_ids=extra)
+                    finished = True
+                    yield EngineEnd(
+                        reason=reason,
+                        message=message,
+                        prompt_tokens=len(request.prompt_ids),
+                        cached_tokens=reader.cached_tokens,
+                    )
+            except EngineError as exc:
+                if isinstance(exc, EngineUnavailable):
+                    may_run = False  # the request never reached the engine
+                if not yielded:
+                    raise
+                finished = True
+                yield EngineEnd(
+                    reason="error",
+                    message=str(exc),
+                    prompt_tokens=len(request.prompt_ids),
+                    cached_tokens=reader.cached_tokens,
+                )
+        finally:
+            watchdog.close()
+            # Shielded and bounded: this runs when the client went away (a cancelled scope) and must
+            # still close the connection, which is what tells most engines to stop.
+            with anyio.move_on_after(ABORT_TIMEOUT, shield=True):
+                if response is not None:
+                    await response.aclose()
+                if may_run and not finished:
+                    try:
+                        await self.abort(reader)
+                    except Exception as exc:  # the abort is a courtesy: the connection is closed anyway
+                        logger.info("%s: abort request failed: %s", label, exc)
+
+
+_JSON = {"content-type": "application/json"}
+
+
+async def _read_bounded(response: httpx.Response, limit: int = 64 * 1024) -> bytes:
+    # An error body is read for its message only; an engine sending megabytes must not cost megabytes.
+    data = bytearray()
+    async for part in response.aiter_bytes():
+        data += part
+        if len(data) >= limit:
+            break
+    return bytes(data)
+
+
+def parse_chat_logprobs(lp: Any, ids: Sequence[int], top: int) -> list[TokenLogprob]:
+    """Chat-style logprobs (``{"content": [{"token": "token_id:N", "logprob", "top_logprobs": […]}]}``).
+
+    The sampled token is known from ``ids``; alternatives whose token is not ``"token_id:N"`` are left out.
+    """
+    entries = lp["content"]
+    if len(entries) != len(ids):
+        raise EngineProtocolError(f"logprobs for {len(entries)} tokens in a chunk of {len(ids)}")
+    out = []
+    for entry in entries:
+        pairs = [
+            (int(alt["token"][9:]), _logprob(alt["logprob"]))
+            for alt in entry.get("top_logprobs") or ()
+            if isinstance(alt.get("token"), str) and alt["token"].startswith("token_id:")
+        ]
+        pairs.sort(key=lambda p: -p[1])
+        out.append(TokenLogprob(logprob=_logprob(entry["logprob"]), top=tuple(pairs[:top])))
+    return out
+
+
+def final_channel_tag(schema: dict[str, Any]) -> dict[str, Any]:
+    """A structural tag constraining only the final answer to ``schema`` (engines.md §2.1).
+
+    Constraining the whole completion would also constrain the Harmony headers and the analysis; the
+    tag starts at the final channel's header and ends at ``<|return|>``.
+    """
+    return {
+        "type": "structural_tag",
+        "structures": [{"begin": "<|channel|>final<|message|>", "schema": schema, "end": "<|return|>"}],
+        "triggers": ["<|channel|>final"],
+    }
+
+
+def max_new_tokens(request: GenerateRequest, context_length: int | None) -> int:
+    """The budget to send: the request's, else what the engine's context leaves, else a default."""
+    if request.max_tokens is not None:
+        return request.max_tokens
+    if context_length is not None:
+        return max(1, context_length - len(request.prompt_ids))
+    return DEFAULT_MAX_TOKENS

@@ -1,0 +1,153 @@
+"""The ``sglang`` engine: SGLang's native ``POST /generate`` with ``input_ids`` (engines.md §3).
+
+``output_ids`` is cumulative by default and incremental with ``--incremental-streaming-output``; the
+reader tells them apart once, at the first chunk that can tell (``len(output_ids) ==
+meta_info.completion_tokens`` means cumulative, as SGLang's own Harmony code checks; without a count,
+whether the chunk repeats what we have), then slices cumulative chunks to deltas, logprobs alike.
+``no_stop_trim`` keeps the matched stop id in the output; when a version trims it anyway,
+``meta_info.finish_reason.matched`` says which it was. Cancelling calls ``POST /abort_request`` with the
+request's ``rid`` besides closing the connection. The ``text.format`` schema goes in
+``sampling_params.structural_tag``, starting at the final channel. Start-up check: ``/health``,
+``/v1/models`` and ``/detokenize``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..tokens import TokenChunk, TokenLogprob
+from ._base import EngineMismatch, EngineProtocolError
+from ._http import HARMONY_PROBE, HTTPEngine, StreamReader, _logprob, final_channel_tag, max_new_tokens, token_ids
+
+__all__ = ["SGLangEngine"]
+
+
+class _Reader(StreamReader):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.cumulative: bool | None = None  # decided at the first chunk that can tell
+
+    def feed(self, obj: Any) -> TokenChunk | None:
+        self.check_error(obj)
+        meta = obj.get("meta_info") or {}
+        out = token_ids(obj.get("output_ids") or [], "output_ids")
+        have = len(self.generated)
+        if self.cumulative is None and have:
+            completion = meta.get("completion_tokens")
+            if type(completion) is int and len(out) == completion and len(out) >= have:
+                self.cumulative = True
+            elif type(completion) is int and have + len(out) == completion:
+                self.cumulative = False
+            else:
+                self.cumulative = len(out) >= have and out[:have] == self.generated
+        new = out[have:] if self.cumulative else out
+        logprobs = self._logprobs(meta, have, new) if self.request.top_logprobs is not None and new else None
+        cached = meta.get("cached_tokens")
+        if type(cached) is int:
+            self.cached_tokens = cached
+        finish = meta.get("finish_reason")
+        if finish:
+            self._finish(finish)
+        return self.chunk(new, logprobs)
+
+    def _logprobs(self, meta: dict[str, Any], have: int, new: list[int]) -> list[TokenLogprob] | None:
+        values = meta.get("output_token_logprobs")
+        if not values:
+            return None
+        tops = meta.get("output_top_logprobs") or [None] * len(values)
+        # The arrays follow output_ids: whole so far (cumulative) or this chunk's only.
+        start = have if len(values) == have + len(new) else 0
+        values, tops = values[start:], tops[start:]
+        if len(values) != len(new) or len(tops) != len(new):
+            raise EngineProtocolError(f"{self.label}: logprobs for {len(values)} tokens in a chunk of {len(new)}")
+        k = self.request.top_logprobs or 0
+        out = []
+        for (value, token, *_), alternatives in zip(values, tops, strict=True):
+            if token != new[len(out)]:
+                raise EngineProtocolError(
+                    f"{self.label}: logprobs for token {token} where the output has {new[len(out)]}"
+                )
+            pairs = sorted(((int(a[1]), _logprob(a[0])) for a in alternatives or ()), key=lambda p: -p[1])
+            out.append(TokenLogprob(logprob=_logprob(value), top=tuple(pairs[:k])))
+        return out
+
+    def _finish(self, finish: Any) -> None:
+        kind = finish.get("type") if isinstance(finish, dict) else finish
+        if kind == "stop":
+            self.finish = "stop"
+            matched = finish.get("matched") if isinstance(finish, dict) else None
+            if type(matched) is int:
+                self.matched = matched
+            elif matched is not None:
+                self.eos = True  # a stop string: none of ours
+        elif kind == "length":
+            self.finish = "length"
+        elif kind == "abort":
+            message = finish.get("message") if isinstance(finish, dict) else None
+            self.finish, self.message = "error", f"{self.label}: the engine aborted the generation ({message})"
+        else:
+            self.finish, self.message = "error", f"{self.label}: unknown finish_reason {finish!r}"
+
+
+class SGLangEngine(HTTPEngine):
+    """SGLang over HTTP; see the module docstring."""
+
+    name = "sglang"
+    default_url = "http://127.0.0.1:30000"
+    path = "/generate"
+
+    def reader(self, request: Any) -> StreamReader:
+        return _Reader(request, self.label)
+
+    def constrains(self, reader: StreamReader) -> bool:
+        return self.constrain_final and reader.request.response_schema is not None
+
+    def body(self, reader: StreamReader) -> dict[str, Any]:
+        request = reader.request
+        sampling: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens(request, self.context_length),
+            "stop_token_ids": list(request.stop_token_ids),
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        if request.temperature is not None:
+            sampling["temperature"] = request.temperature
+        if request.top_p is not None:
+            sampling["top_p"] = request.top_p
+        if self.constrains(reader):
+            assert request.response_schema is not None
+            sampling["structural_tag"] = orjson.dumps(final_channel_tag(request.response_schema)).decode()
+        body: dict[str, Any] = {
+            "input_ids": request.prompt_ids,
+            "rid": reader.rid,
+            "stream": True,
+            "sampling_params": sampling,
+        }
+        if request.top_logprobs is not None:
+            body.update(
+                return_logprob=True,
+                top_logprobs_num=request.top_logprobs,
+                logprob_start_len=-1,
+                return_text_in_logprobs=False,
+            )
+        return body
+
+    async def check(self) -> None:
+        await self.get_ok("/health")
+        models = await self.get_json("/v1/models")
+        data = models.get("data") or []
+        self.pick_model([m["id"] for m in data])
+        for m in data:
+            if m["id"] == self.model and isinstance(m.get("max_model_len"), int):
+                self.context_length = m["max_model_len"]
+        ids, _ = HARMONY_PROBE
+        detokenized = await self.post_json("/detokenize", {"tokens": ids})
+        text = detokenized.get("text") if isinstance(detokenized, dict) else None
+        if text is None:
+            raise EngineMismatch(f"{self.label}: /detokenize answered {detokenized!r}, not {{'text': …}}")
+        self.check_detokenized(text)
+
+    async def abort(self, reader: StreamReader) -> None:
+        await self.post_json("/abort_request", {"rid": reader.rid})
