@@ -169,12 +169,13 @@ def test_engine_breaking_its_contract_mid_stream_fails_in_band(serve: Serve, end
     assert ("engine exploded" in message) if ending == "raise" else ("ended without" in message)
 
 
-def test_invalid_harmony_fails_and_stops_the_engine(serve: Serve) -> None:
+def test_a_turn_ended_without_stop_token_stops_the_engine(serve: Serve) -> None:
     stopped = threading.Event()
 
     async def handler(request: GenerateRequest) -> EngineStream:
         try:
-            # A tool result written by the model itself is not valid Harmony for an assistant turn.
+            # A tool result written by the model itself ends its turn (the translator ignores the rest), but
+            # the engine never stops on its own: the server must stop it and end the response.
             yield TokenChunk(token_ids=_tokens("<|start|>functions.x to=assistant<|channel|>commentary<|message|>"))
             while True:
                 yield TokenChunk(token_ids=_tokens("more"))
@@ -183,7 +184,7 @@ def test_invalid_harmony_fails_and_stops_the_engine(serve: Serve) -> None:
 
     live = serve(_engine(handler))
     events = sse_events(post(live, {"model": MODEL, "input": "Hi", "stream": True}).content)
-    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["type"] == "response.completed"
     assert stopped.wait(5)
 
 

@@ -1,11 +1,32 @@
 """One response being generated: engine stream → translator → batches of events, plus what the API adds.
 
-``ResponseRun`` pumps one engine call through the translator. ``start()`` waits for the engine's first
+``ResponseRun`` pumps engine calls through the translator. ``start()`` waits for the engine's first
 item, so that an engine that cannot take the request fails *before* anything is sent and becomes an HTTP
 503 (engine/_base.py: ``EngineError`` before the first item); after that every failure is in-band, and the
 translator turns it into ``error`` + ``response.failed``. ``batches()`` yields the events each engine chunk
 caused, one list per chunk, so that the transport writes a chunk's events in one go (each event stays
 whole: never split across writes).
+
+The tool loop (harmony.md §5.3). When an engine call ends in a built-in tool call (``pending_tool_call``:
+code interpreter, web search, MCP), the run finds the call's ``ToolSession`` by namespace, awaits it, hands
+the result to the translator (which ends the item), and calls the engine again with the next prompt:
+the previous prompt + this call's raw generated ids up to and including ``<|call|>`` (raw, so that the
+engine's prefix cache hits; no ``<|end|>`` after ``<|call|>``) + the tool message ``<|start|>{author}
+to=assistant<|channel|>{channel of the call}<|message|>{result}<|end|>`` + ``<|start|>assistant``. It goes
+on until a final answer, a client function call, or a limit:
+
+- ``max_output_tokens`` counts every engine call's generated tokens; each call gets what is left (and no
+  more than the context window has room for). Nothing left between calls: ``response.incomplete``
+  (``max_output_tokens``). Tool results are input tokens of the next call, never output.
+- ``max_tool_calls`` counts the built-in calls that ran. The first call past it is not run: its item
+  ends ``failed`` and the model is told to answer without tools (the API says further calls are
+  "ignored"; telling the model is what lets it still answer). A second call past it ends the response
+  there (``completed``, the refused call its last item): the model is not following the instruction, and
+  generating on would spend the client's budget on calls that cannot run.
+- A tool that raises becomes an error result (the item ends ``failed``, the model reads the error); an
+  engine error or a length cut in a later engine call ends the response as in the first.
+- A client disconnect cancels whatever is running (engine call or tool); the sessions are closed when the
+  run ends, whatever the outcome (``aclose``).
 
 Two things the translator does not know are added here, on the way out:
 
@@ -20,15 +41,20 @@ Two things the translator does not know are added here, on the way out:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from openai_harmony import Author, Message, Role
 
 from ..engine import Engine, EngineStream, GenerateRequest
 from ..tokens import EngineEnd, TokenChunk
-from ..translate import LocalProtocolError, Translator
+from ..tools import ToolCall, ToolResult, ToolSessions
+from ..translate import ItemKind, LocalProtocolError, State, Translator
+from ..vocab import load_encoding
 from .schema import instance_problem
 from .sealed import ReasoningSealer
 
@@ -38,6 +64,13 @@ logger = logging.getLogger("harmony_responses.api")
 
 Event = dict[str, Any]
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+_START, _CHANNEL, _MESSAGE, _END, _RETURN, _CALL = 200006, 200005, 200008, 200007, 200002, 200012
+# Tokens that may follow a call's content in the generated ids (its terminator, or the next header the model
+# began without one); the splice replaces them with <|call|>.
+_AFTER_CALL = frozenset({_START, _CHANNEL, _END, _RETURN, _CALL})
+# Past max_tool_calls, the model is told once; a further call ends the response (module docstring).
+MAX_REFUSED_CALLS = 1
 
 
 class _Empty:
@@ -52,6 +85,10 @@ class ResponseRun:
         engine: the engine to call; ``request`` is the one call this issue's responses make.
         sealer: seals reasoning into ``encrypted_content`` when the client included it, else None.
         strict_schema: ``(name, schema)`` for a strict ``json_schema`` format, else None.
+        tools: the response's built-in tool sessions (closed when the run ends).
+        max_output_tokens: the request's budget over all engine calls (None: the context window's room).
+        max_tool_calls: the request's limit on built-in calls run (None: no limit).
+        context_window: prompt plus output tokens the engine takes (bounds each later call's budget).
     """
 
     def __init__(
@@ -62,16 +99,29 @@ class ResponseRun:
         request: GenerateRequest,
         sealer: ReasoningSealer | None = None,
         strict_schema: tuple[str, dict[str, Any]] | None = None,
+        tools: ToolSessions | None = None,
+        max_output_tokens: int | None = None,
+        max_tool_calls: int | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.translator = translator
         self._engine = engine
         self._request = request
         self._sealer = sealer
         self._strict = strict_schema
+        self._tools = tools if tools is not None else ToolSessions()
+        self._max_output_tokens = max_output_tokens
+        self._max_tool_calls = max_tool_calls
+        self._context_window = context_window
         self._stream: EngineStream | None = None
         self._first: TokenChunk | EngineEnd | _Empty | None = None
         self._sealed: dict[str, str] = {}
         self.final: dict[str, Any] | None = None
+        self._generated: list[int] = []  # this engine call's token ids, for the splice
+        self._call_base = 0  # translator.output_tokens when this engine call started
+        self._usage_seen = False  # this engine call's EngineEnd (prompt tokens) was received
+        self.tool_calls = 0  # built-in calls run
+        self._refused = 0  # built-in calls refused past max_tool_calls
 
     @property
     def request_id(self) -> str | None:
@@ -83,6 +133,8 @@ class ResponseRun:
         Raises:
             EngineError: the engine cannot take the request (nothing has been sent: answer 503).
         """
+        if self.translator.pending_tool_call is not None:
+            return  # a call set up before generation (an approved MCP call) runs first: batches() does it
         self._stream = self._engine.generate(self._request)
         try:
             self._first = await anext(self._stream)
@@ -90,7 +142,12 @@ class ResponseRun:
             self._first = _Empty()
 
     async def aclose(self) -> None:
-        """Stop the engine's generation (idempotent): on disconnect, early close, or after the end."""
+        """Stop the engine's generation and close the tool sessions (idempotent): on disconnect, early close,
+        or after the end."""
+        await self._close_stream()
+        await self._tools.aclose_all()
+
+    async def _close_stream(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
             try:
@@ -99,51 +156,184 @@ class ResponseRun:
                 logger.exception("engine stream failed to close")
 
     async def batches(self) -> AsyncIterator[list[Event]]:
-        """The events, a list per engine chunk; the last list ends with the terminal event."""
+        """The events, a list per engine chunk (and per tool result); the last list ends with the terminal event."""
         t = self.translator
-        assert self._first is not None, "start() first"
+        assert self._first is not None or t.pending_tool_call is not None, "start() first"
         item, self._first = self._first, None
         yield self._finish(t.events())  # response.created, response.in_progress, prefilled items
         while True:
+            if item is not None:
+                async for events in self._pump(item):
+                    yield events
+            call = t.pending_tool_call
+            if call is None:
+                break  # the engine call ended the response (answer, function call, cut, failure)
+            await self._settle_call()
+            result = await self._run_tool(call)
+            t.send_tool_result(output=result.output, error=result.error, outputs=result.outputs, action=result.action)
+            events = t.events()
+            if events:
+                yield self._finish(events)
+            item = await self._next_engine_call(call, result)
+            if item is None:
+                break  # the response ended between engine calls (budget, limit, engine refusal)
+        events = t.events()
+        if events:
+            yield self._finish(events)
+        await self.aclose()
+
+    async def _pump(self, item: TokenChunk | EngineEnd | _Empty | object) -> AsyncIterator[list[Event]]:
+        """One engine call through the translator, until it ends or makes a built-in tool call."""
+        t = self.translator
+        while True:
             if isinstance(item, TokenChunk):
+                self._generated.extend(item.token_ids)
                 try:
                     t.receive_tokens(item.token_ids, item.logprobs)
                 except LocalProtocolError as exc:  # e.g. a logprobs list that does not match the tokens
                     t.receive_end("error", f"the engine sent a malformed chunk: {exc.message}")
-                    break
+                    return
             elif isinstance(item, EngineEnd):
+                self._usage_seen = True
                 t.receive_usage(prompt_tokens=item.prompt_tokens, cached_tokens=item.cached_tokens)
                 t.receive_end(item.reason, item.message)
-                break
+                return
             elif isinstance(item, _Empty):
                 t.receive_end("error", "the engine stream ended without a result")
-                break
+                return
             else:
                 t.receive_end("error", f"the engine yielded {type(item).__name__}, not a token chunk")
-                break
+                return
             events = t.events()
             if events:
                 yield self._finish(events)
             if t.closed:
-                break  # the translator failed the response on bad model output: the rest is moot
+                return  # the translator failed the response on bad model output: the rest is moot
             if t.pending_tool_call is not None:
-                # Unreachable while built-in tools are neither declared nor mapped (validate.py); kept so
-                # that a future mapping cannot leave a response without its terminal event.
-                t.send_tool_result(error="built-in tools are not available on this server yet")
+                return  # the engine call ends at the call; the tool loop takes over
+            if t.state is State.STOPPED and self._generated[-1:] not in ([_CALL], [_RETURN]):
+                # The model's turn ended without a stop token (it began writing a tool result or a user turn
+                # itself): the engine would go on writing what is not the assistant's. Stop it and end here.
+                await self._close_stream()
+                t.receive_usage(prompt_tokens=len(self._request.prompt_ids))
+                self._usage_seen = True
+                t.receive_end("stop")
+                return
             assert self._stream is not None
             try:
                 item = await anext(self._stream)
             except StopAsyncIteration:  # the stream ended with no EngineEnd: the engine broke its contract
                 t.receive_end("error", "the engine stream ended without saying how")
-                break
+                return
             except Exception as exc:  # the engine broke its contract (it must report errors in-band)
                 logger.exception("engine stream raised mid-generation")
                 t.receive_end("error", f"the engine failed: {exc}")
-                break
-        events = t.events()
-        if events:
-            yield self._finish(events)
-        await self.aclose()
+                return
+
+    # ------------------------------------------------------------------ the tool loop
+
+    async def _settle_call(self) -> None:
+        """The engine call made a tool call: take its usage and stop it.
+
+        An engine stops on ``<|call|>`` and then sends its ``EngineEnd`` (prompt and cached tokens): read it.
+        A call the model closed some other way (``<|end|>``, a new header) leaves the engine generating: stop
+        it, and count the prompt ourselves.
+        """
+        if self._stream is not None and not self._usage_seen and self._generated[-1:] == [_CALL]:
+            try:
+                end = await anext(self._stream)
+            except Exception:  # StopAsyncIteration or a broken engine: the call itself is complete
+                end = None
+            if isinstance(end, EngineEnd):
+                self._usage_seen = True
+                self.translator.receive_usage(prompt_tokens=end.prompt_tokens, cached_tokens=end.cached_tokens)
+        await self._close_stream()
+        if not self._usage_seen and self._stream_started:
+            self.translator.receive_usage(prompt_tokens=len(self._request.prompt_ids))
+        self._usage_seen = True
+
+    @property
+    def _stream_started(self) -> bool:
+        return bool(self._generated)
+
+    async def _run_tool(self, call: ToolCall) -> ToolResult:
+        """Run one built-in call; every failure becomes an error result (the model reads it)."""
+        author = _tool_author(call)
+        limit = self._max_tool_calls
+        if limit is not None and self.tool_calls >= limit:
+            self._refused += 1
+            message = f"This call was not run: max_tool_calls ({limit}) is reached for this response."
+            return ToolResult(
+                text=f"[ERROR] {message} Answer now with what you have, without calling any more tools.",
+                error=message,
+            )
+        namespace = "python" if call.kind is ItemKind.CODE_INTERPRETER else call.namespace or ""
+        session = self._tools.get(namespace)
+        if session is None:
+            message = f"The tool {author} is not available on this server."
+            return ToolResult(text=f"[ERROR] {message}", error=message)
+        self.tool_calls += 1
+        started = time.monotonic()
+        try:
+            result = await session.call(call)
+        except Exception as exc:  # a tool bug: tell the model and the client, keep the response going
+            logger.exception("%s: the %s tool raised", self.request_id, author)
+            message = f"The tool {author} failed: {type(exc).__name__}: {exc}"
+            result = ToolResult(text=f"[ERROR] {message}", error=message)
+        logger.info(
+            "%s: %s call %s in %.2f s",
+            self.request_id,
+            author,
+            "failed" if result.error else "ran",
+            time.monotonic() - started,
+        )
+        return result
+
+    async def _next_engine_call(self, call: ToolCall, result: ToolResult) -> TokenChunk | EngineEnd | _Empty | None:
+        """Start the engine call that continues after a tool result; None when the response ended instead."""
+        t = self.translator
+        t.start_engine_call()
+        if self._refused > MAX_REFUSED_CALLS:
+            t.receive_end("stop")  # the model keeps calling past max_tool_calls: end here (module docstring)
+            return None
+        prompt = [*self._request.prompt_ids, *self._splice(call), *_tool_message(call, result.text)]
+        budget: list[int] = []
+        if self._max_output_tokens is not None:
+            budget.append(self._max_output_tokens - t.output_tokens)
+        if self._context_window is not None:
+            budget.append(self._context_window - len(prompt))
+        max_tokens = min(budget) if budget else None
+        if max_tokens is not None and max_tokens <= 0:
+            t.receive_end("length")  # nothing left to generate with: incomplete (max_output_tokens)
+            return None
+        self._request = dataclasses.replace(self._request, prompt_ids=prompt, max_tokens=max_tokens)
+        self._generated = []
+        self._call_base = t.output_tokens
+        self._usage_seen = False
+        try:
+            self._stream = self._engine.generate(self._request)
+            return await anext(self._stream)
+        except StopAsyncIteration:
+            return _Empty()
+        except Exception as exc:  # EngineError and the like: the response has started, so it fails in-band
+            logger.warning("%s: the engine refused the call after a tool result: %s", self.request_id, exc)
+            t.receive_end("error", str(exc) or type(exc).__name__)
+            return None
+
+    def _splice(self, call: ToolCall) -> list[int]:
+        """This engine call's generated ids up to the tool call, ending ``<|call|>``."""
+        n = self.translator.output_tokens_at_call - self._call_base
+        ids = self._generated[: max(n, 0)]
+        if not ids:
+            # A call the model did not write in this engine call (an approved MCP call run before generating):
+            # write it as the model would have, after the prompt's <|start|>assistant.
+            recipient = "python" if call.kind is ItemKind.CODE_INTERPRETER else f"{call.namespace}.{call.name}"
+            content_type = "code" if call.kind is not ItemKind.MCP_CALL else "<|constrain|>json"
+            text = f"<|channel|>{call.channel or 'analysis'} to={recipient} {content_type}<|message|>{call.arguments}"
+            return [*load_encoding().encode(text, allowed_special="all"), _CALL]
+        if ids[-1] in _AFTER_CALL:
+            ids = ids[:-1]  # <|call|> itself, or what closed the call instead: the call ends <|call|> either way
+        return [*ids, _CALL]
 
     # ------------------------------------------------------------------ additions on the way out
 
@@ -218,3 +408,28 @@ class ResponseRun:
             {**flat, "error": error},
             {"type": "response.failed", "sequence_number": seq + 1, "response": response},
         ]
+
+
+def _tool_author(call: ToolCall) -> str:
+    """The tool message's author: ``python``, ``browser.search|open|find``, ``{server label}.{tool}``."""
+    if call.kind is ItemKind.CODE_INTERPRETER:
+        return "python"
+    return f"{call.namespace}.{call.name}" if call.namespace else call.name
+
+
+def _tool_message(call: ToolCall, text: str) -> list[int]:
+    """``<|start|>{author} to=assistant<|channel|>{channel}<|message|>{text}<|end|><|start|>assistant``.
+
+    The result goes on the channel of the call (harmony.md §5.2). Lone surrogates (from a tool's JSON) cannot
+    be encoded: they become U+FFFD.
+    """
+    text = text.encode("utf-8", errors="replace").decode("utf-8") if not text.isascii() else text
+    message = (
+        Message.from_author_and_content(Author.new(Role.TOOL, _tool_author(call)), text)
+        .with_channel(call.channel or "analysis")
+        .with_recipient("assistant")
+    )
+    return [*load_encoding().render(message), _START, _ASSISTANT]
+
+
+_ASSISTANT = 173781  # "assistant" after <|start|>

@@ -169,6 +169,9 @@ class Translator:
         self.cached_tokens = 0
         self.output_tokens = 0
         self.reasoning_tokens = 0
+        # output_tokens when the last built-in call was made: where the tool loop cuts the engine call's tokens
+        # to splice the tool result in (tokens the engine wrote after the call are not part of the prompt).
+        self.output_tokens_at_call = 0
 
         self._queued = queued
         if queued:
@@ -854,6 +857,7 @@ class Translator:
 
     def _make_call(self, item: _Item) -> None:
         """A built-in tool call is complete: announce it and wait for the caller to run it."""
+        self.output_tokens_at_call = self.output_tokens
         text = self._finish_text(item)
         self._send_call_events(item, text)
         if item.kind is ItemKind.CODE_INTERPRETER:
