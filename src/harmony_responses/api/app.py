@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine import Engine, EngineError, engine_from_spec
+from ..tools.browser import WebSearch, web_search_from_options
 from ..vocab import load_encoding, load_vocabulary
 from .auth import BearerAuth
 from .config import Config
@@ -60,18 +61,32 @@ async def health(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-def create_app(config: Config, *, engine: Engine | None = None) -> Starlette:
+def web_search_from_config(config: Config) -> WebSearch | None:
+    """The configured web search backend (None: ``web_search`` tools are not offered); ValueError if invalid."""
+    return web_search_from_options(
+        backend=config.search_backend,
+        search_dir=config.search_dir,
+        base_url=config.search_base_url,
+        api_key=config.search_api_key,
+        api_url=config.search_api_url,
+    )
+
+
+def create_app(config: Config, *, engine: Engine | None = None, web_search: WebSearch | None = None) -> Starlette:
     """The ASGI app serving ``config``.
 
     Args:
         config: the server's configuration.
         engine: an engine instance to use instead of ``config.engine`` (tests pass a ``MockEngine``).
+        web_search: the web search to use instead of the one ``config`` describes (``app.state.web_search``).
 
     Raises:
         ValueError: ``config.engine`` is not a valid engine spec (the message lists the valid forms).
     """
     engine = engine if engine is not None else engine_from_spec(config.engine, config.engine_options)
     sealer = configure_reasoning_key(config.secret_key)
+    if web_search is None:
+        web_search = web_search_from_config(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -90,6 +105,8 @@ def create_app(config: Config, *, engine: Engine | None = None) -> Starlette:
             yield
         finally:
             await engine.aclose()
+            if web_search is not None:
+                await web_search.aclose()
 
     middleware = [Middleware(BearerAuth, keys=config.api_keys)] if config.api_keys else []
     routes = [
@@ -101,5 +118,6 @@ def create_app(config: Config, *, engine: Engine | None = None) -> Starlette:
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.config = config
     app.state.engine = engine
+    app.state.web_search = web_search
     app.state.startup_error = None
     return app

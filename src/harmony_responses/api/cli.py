@@ -18,7 +18,8 @@ from typing import Any, TextIO
 import uvicorn
 
 from ..engine import EngineOptions, engine_from_spec
-from .app import create_app
+from ..tools.browser import BACKENDS
+from .app import create_app, web_search_from_config
 from .config import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS, Config
 
 __all__ = ["add_serve_arguments", "config_from_args", "serve"]
@@ -193,6 +194,33 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="key for reasoning.encrypted_content blobs (default: random per process, so blobs do not "
         "survive a restart)" + _env_help("SECRET_KEY"),
     )
+    add(
+        "--search-dir",
+        default=_env("SEARCH_DIR"),
+        metavar="PATH",
+        help="folder of Markdown, HTML and text documents that web_search searches (a local SQLite FTS5 "
+        "index, no network)" + _env_help("SEARCH_DIR"),
+    )
+    add(
+        "--search-backend",
+        choices=BACKENDS,
+        default=_env("SEARCH_BACKEND"),
+        help="web_search backend (default: local with --search-dir, else none: web_search is not offered to "
+        "the model); exa reads its key from HARMONY_RESPONSES_SEARCH_API_KEY or EXA_API_KEY"
+        + _env_help("SEARCH_BACKEND"),
+    )
+    add(
+        "--search-base-url",
+        default=_env("SEARCH_BASE_URL"),
+        metavar="URL",
+        help="URL prefix of the --search-dir documents (default: their file:// URLs)" + _env_help("SEARCH_BASE_URL"),
+    )
+    add(
+        "--search-api-url",
+        default=_env("SEARCH_API_URL"),
+        metavar="URL",
+        help="address of the online search backend's API (default: the service's own)" + _env_help("SEARCH_API_URL"),
+    )
     parser.set_defaults(handler=serve)
 
 
@@ -218,10 +246,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
         secret_key=args.secret_key,
+        search_backend=args.search_backend,
+        search_dir=args.search_dir,
+        search_base_url=args.search_base_url,
+        search_api_url=args.search_api_url,
+        # A key on the command line would show in ps: environment only.
+        search_api_key=_env("SEARCH_API_KEY") or os.environ.get("EXA_API_KEY") or None,
     )
 
 
-def banner(config: Config, engine_description: str, host: str, port: int) -> str:
+def banner(config: Config, engine_description: str, host: str, port: int, search: str | None = None) -> str:
     shown_host = f"[{host}]" if ":" in host else host
     lines = [
         f"harmony-responses: listening on http://{shown_host}:{port}/v1",
@@ -229,6 +263,8 @@ def banner(config: Config, engine_description: str, host: str, port: int) -> str
         f"  models: {', '.join(config.models)} (default {config.default_model})",
         f"  auth:   {'bearer token required' if config.api_keys else 'none (no --api-key given)'}",
     ]
+    if search is not None:
+        lines.append(f"  search: {search}")
     return "\n".join(lines)
 
 
@@ -255,15 +291,17 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     try:
         config = config_from_args(args)
         engine = engine_from_spec(config.engine, config.engine_options)
+        web_search = web_search_from_config(config)
     except (ValueError, AssertionError) as exc:
         print(f"harmony-responses serve: {exc}", file=sys.stderr)
         return 2
     level = "DEBUG" if config.log_level == "trace" else config.log_level.upper()
     logging.basicConfig(format="%(levelname)s:     %(name)s: %(message)s", level=level)
-    app = create_app(config, engine=engine)
+    app = create_app(config, engine=engine, web_search=web_search)
 
     def on_listening(host: str, port: int) -> None:
-        print(banner(config, engine.describe(), host, port), file=out, flush=True)
+        search = web_search.describe() if web_search is not None else None
+        print(banner(config, engine.describe(), host, port, search), file=out, flush=True)
 
     server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="on"),

@@ -38,6 +38,10 @@ class Config:
         context_window: prompt plus output tokens the engine accepts; ``truncation`` works against it.
         secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: a random key per
             process, so blobs stop being readable after a restart (then they are ignored, not rejected).
+        search_backend, search_dir, search_base_url, search_api_url, search_api_key: web search
+            (``tools/browser``): the backend (``local``, the default when ``search_dir`` is set, or ``exa``),
+            the local index's folder and the URL prefix of its documents (None: ``file://``), the online
+            backend's address and key. No backend: ``web_search`` tools are accepted but not offered.
     """
 
     host: str = "127.0.0.1"
@@ -60,6 +64,11 @@ class Config:
     knowledge_cutoff: str = "2024-06"
     context_window: int = DEFAULT_CONTEXT_WINDOW
     secret_key: str | None = field(default=None, repr=False)
+    search_backend: str | None = None
+    search_dir: str | None = None
+    search_base_url: str | None = None
+    search_api_url: str | None = None
+    search_api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Tuples, not lists: the value class is frozen and hashable all the way down.
