@@ -1,0 +1,538 @@
+"""Wire-faithful fakes of the engines' HTTP protocols (engines.md), served by uvicorn on 127.0.0.1.
+
+Each fake answers the endpoints our adapter uses with the fields engines.md documents, and plays
+``Scenario``s, one per generate request (the last one repeats), to script what the engine does:
+the completion's ids, chunking, whether the stop id is returned, logprobs, HTTP errors before the
+stream, an error object, garbage or a cut connection mid-stream, a stall. A fake stops on the stop ids
+the request sends (llama.cpp: on its end-of-generation set) and at the request's budget, like the real
+engine, and records what it received: request bodies, abort calls, and streams that ended because the
+client went away.
+
+Run one as ``with run_fake(VLLMFake(...)) as fake:``; ``fake.url`` is its base URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from harmony_responses.vocab import load_encoding
+
+RETURN, CALL, END, EOT = 200002, 200012, 200007, 199999
+CUDA = "CUDA error: an illegal memory access"
+
+
+def harmony(text: str) -> list[int]:
+    return load_encoding().encode(text, allowed_special="all")
+
+
+def fake_lp(k: int, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """Deterministic logprobs of the k-th generated token: the token itself first, then neighbours."""
+    lp = round(-0.05 * (k + 1), 6)
+    return lp, [(token if j == 0 else (token + j) % 199998, round(lp - j, 6)) for j in range(max(top, 1))]
+
+
+@dataclass
+class Scenario:
+    """What the fake does for one generate request."""
+
+    tokens: list[int] = field(default_factory=list)
+    chunk: int = 1
+    include_stop: bool = True  # the matched stop id is returned among the ids
+    status: int | None = None  # answer this HTTP status before any stream
+    message: str = "bad request"
+    error_after: int | None = None  # send an error object after this many tokens
+    drop_after: int | None = None  # cut the connection after this many tokens
+    garbage_after: int | None = None  # send a line that is not JSON after this many tokens
+    stall_after: int | None = None  # go silent after this many tokens (until the client leaves)
+    delay: float = 0.0  # seconds between chunks
+    cached: int = 0
+    eos: bool = False  # report the stop as the model's own EOS (vLLM: stop_reason null)
+    stop_reason: bool = True  # TRT-LLM: send stop_reason at all
+
+
+class Fake:
+    """State and the generation loop common to the four fakes."""
+
+    model = "openai/gpt-oss-20b"
+    eog = (RETURN, CALL)  # llama.cpp only: what ends generation without stop ids
+
+    def __init__(self, *scenarios: Scenario, detokenize_ok: bool = True) -> None:
+        self.scenarios = list(scenarios) or [Scenario(tokens=harmony("<|channel|>final<|message|>Hi<|return|>"))]
+        self.detokenize_ok = detokenize_ok
+        self.requests: list[dict[str, Any]] = []
+        self.aborts: list[str] = []  # ids given to an abort endpoint
+        self.disconnects: list[str] = []  # streams that ended because the client went away
+        self.sent: dict[str, int] = {}  # tokens sent per request id
+        self.url = ""
+        self._served = 0
+
+    def scenario(self) -> Scenario:
+        scenario = self.scenarios[min(self._served, len(self.scenarios) - 1)]
+        self._served += 1
+        return scenario
+
+    def detok(self, ids: list[int]) -> str:
+        return load_encoding().decode(ids) if self.detokenize_ok else "".join(f"[{t}]" for t in ids)
+
+    def plan(self, s: Scenario, stops: list[int], budget: int) -> tuple[list[int], str, int | None]:
+        """The ids a real engine would generate: up to the first stop id, cut at the budget."""
+        out: list[int] = []
+        for token in s.tokens:
+            if len(out) >= budget:
+                return out, "length", None
+            out.append(token)
+            if token in stops:
+                return out, "stop", token
+        return out, ("length" if len(out) >= budget else "stop"), None
+
+    async def play(
+        self, request: Request, s: Scenario, rid: str, out: list[int], encode: Any, final: Any, done: bool = True
+    ) -> AsyncIterator[bytes]:
+        """SSE lines: ``encode(k, ids, last)`` per chunk, ``final()`` lines after, ``[DONE]``."""
+        sent = 0
+        finished = False
+        try:
+            chunks = [out[i : i + s.chunk] for i in range(0, len(out), s.chunk)] or [[]]
+            for i, ids in enumerate(chunks):
+                for trigger, what in (
+                    (s.error_after, "error"),
+                    (s.drop_after, "drop"),
+                    (s.garbage_after, "garbage"),
+                    (s.stall_after, "stall"),
+                ):
+                    if trigger is not None and sent >= trigger:
+                        if what == "error":
+                            yield b"data: " + orjson.dumps({"error": {"message": CUDA, "code": 500}}) + b"\n\n"
+                            finished = True
+                            return
+                        if what == "drop":
+                            raise ConnectionResetError("fake: dropping the connection")
+                        if what == "garbage":
+                            yield b"data: <html>502 Bad Gateway</html>\n\n"
+                            await asyncio.sleep(0.5)
+                            finished = True
+                            return
+                        await asyncio.sleep(3600)
+                if i and s.delay:
+                    await asyncio.sleep(s.delay)
+                last = i == len(chunks) - 1
+                yield b"data: " + orjson.dumps(encode(sent, ids, last)) + b"\n\n"
+                sent += len(ids)
+                self.sent[rid] = sent
+                await asyncio.sleep(0)  # a real engine's chunks are separate writes
+            for obj in final():
+                yield b"data: " + orjson.dumps(obj) + b"\n\n"
+            if done:
+                yield b"data: [DONE]\n\n"
+            finished = True
+        finally:
+            if not finished:
+                self.disconnects.append(rid)
+
+    def error(self, s: Scenario) -> Response:
+        return JSONResponse(
+            {"object": "error", "message": s.message, "type": "BadRequestError", "param": None, "code": s.status},
+            status_code=s.status or 400,
+        )
+
+    def routes(self) -> list[Route]:
+        raise NotImplementedError
+
+    def app(self) -> Starlette:
+        return Starlette(routes=self.routes())
+
+
+def _lp_maps(k: int, ids: list[int], top: int) -> dict[str, Any]:
+    values, tops = [], []
+    for j, token in enumerate(ids):
+        lp, alts = fake_lp(k + j, token, top)
+        values.append(lp)
+        tops.append({f"token_id:{t}": v for t, v in alts})
+    return {
+        "tokens": [f"token_id:{t}" for t in ids],
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": [0] * len(ids),
+    }
+
+
+class VLLMFake(Fake):
+    """vLLM: /v1/completions with token ids, optionally /inference/v1/generate and /abort_requests."""
+
+    def __init__(self, *scenarios: Scenario, generate_endpoint: bool = False, **kwargs: Any) -> None:
+        super().__init__(*scenarios, **kwargs)
+        self.generate_endpoint = generate_endpoint
+
+    def routes(self) -> list[Route]:
+        routes = [
+            Route("/health", lambda r: Response(b"", 200)),
+            Route("/v1/models", self.models),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
+            Route("/openapi.json", self.openapi),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        if self.generate_endpoint:
+            routes += [
+                Route("/inference/v1/generate", self.generate, methods=["POST"]),
+                Route("/abort_requests", self.abort, methods=["POST"]),
+            ]
+        return routes
+
+    async def models(self, request: Request) -> Response:
+        data = [{"id": self.model, "object": "model", "owned_by": "vllm", "max_model_len": 131072}]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def detokenize(self, request: Request) -> Response:
+        body = await request.json()
+        return JSONResponse({"prompt": self.detok(body["tokens"])})
+
+    async def openapi(self, request: Request) -> Response:
+        paths = ["/v1/completions", "/health", "/detokenize"]
+        if self.generate_endpoint:
+            paths += ["/inference/v1/generate", "/abort_requests"]
+        return JSONResponse({"openapi": "3.1.0", "paths": {p: {} for p in paths}})
+
+    async def abort(self, request: Request) -> Response:
+        self.aborts.extend((await request.json())["request_ids"])
+        return JSONResponse({})
+
+    async def completions(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        s = self.scenario()
+        if s.status:
+            return self.error(s)
+        assert isinstance(body["prompt"], list) and body["stream"] and body["return_token_ids"]
+        prompt, rid = body["prompt"], "cmpl-" + body.get("request_id", "x")
+        out, finish, matched = self.plan(s, body["stop_token_ids"], body.get("max_tokens", 16))
+        top = body.get("logprobs")
+
+        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
+            shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": load_encoding().decode([t for t in shown if t < 200000]),
+                "logprobs": _lp_maps(k, shown, top) if top is not None else None,
+                "finish_reason": finish if last else None,
+                "stop_reason": (None if s.eos else matched) if last else None,
+                "token_ids": shown,
+            }
+            if k == 0:
+                choice["prompt_token_ids"] = prompt
+            return {"id": rid, "object": "text_completion", "created": 0, "model": self.model, "choices": [choice]}
+
+        def final() -> list[dict[str, Any]]:
+            usage = {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(out),
+                "total_tokens": len(prompt) + len(out),
+                "prompt_tokens_details": {"cached_tokens": s.cached},
+            }
+            return [
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            ]
+
+        return StreamingResponse(self.play(request, s, rid, out, encode, final), media_type="text/event-stream")
+
+    async def generate(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        s = self.scenario()
+        if s.status:
+            return self.error(s)
+        sampling, rid = body["sampling_params"], body["request_id"]
+        out, finish, matched = self.plan(s, sampling["stop_token_ids"], sampling["max_tokens"])
+        top = sampling.get("logprobs")
+
+        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
+            shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
+            lp = None
+            if top is not None:
+                content = []
+                for j, token in enumerate(shown):
+                    value, alts = fake_lp(k + j, token, top)
+                    content.append(
+                        {
+                            "token": f"token_id:{token}",
+                            "logprob": value,
+                            "bytes": None,
+                            "top_logprobs": [{"token": f"token_id:{t}", "logprob": v, "bytes": None} for t, v in alts],
+                        }
+                    )
+                lp = {"content": content}
+            choice = {"index": 0, "token_ids": shown, "finish_reason": finish if last else None, "logprobs": lp}
+            return {"request_id": rid, "choices": [choice], "prompt_logprobs": None, "kv_transfer_params": None}
+
+        return StreamingResponse(self.play(request, s, rid, out, encode, list), media_type="text/event-stream")
+
+
+class SGLangFake(Fake):
+    """SGLang: native /generate with input_ids; cumulative output_ids unless ``incremental``."""
+
+    def __init__(self, *scenarios: Scenario, incremental: bool = False, **kwargs: Any) -> None:
+        super().__init__(*scenarios, **kwargs)
+        self.incremental = incremental
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", lambda r: Response(b"", 200)),
+            Route("/v1/models", self.models),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
+            Route("/generate", self.generate, methods=["POST"]),
+            Route("/abort_request", self.abort, methods=["POST"]),
+        ]
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "max_model_len": 131072}]}
+        )
+
+    async def detokenize(self, request: Request) -> Response:
+        return JSONResponse({"text": self.detok((await request.json())["tokens"])})
+
+    async def abort(self, request: Request) -> Response:
+        self.aborts.append((await request.json())["rid"])
+        return JSONResponse({})
+
+    async def generate(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        s = self.scenario()
+        if s.status:
+            return JSONResponse({"error": {"message": s.message}}, status_code=s.status)
+        sampling, rid = body["sampling_params"], body["rid"]
+        out, finish, matched = self.plan(s, sampling["stop_token_ids"], sampling["max_new_tokens"])
+        top = body.get("top_logprobs_num") if body.get("return_logprob") else None
+        so_far: list[int] = []
+        lps: list[list[Any]] = []
+        tops: list[list[list[Any]]] = []
+
+        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
+            shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
+            so_far.extend(shown)
+            new_lps, new_tops = [], []
+            for j, token in enumerate(shown):
+                value, alts = fake_lp(k + j, token, top or 0)
+                new_lps.append([value, token, None])
+                new_tops.append([[v, t, None] for t, v in alts])
+            lps.extend(new_lps)
+            tops.extend(new_tops)
+            reason = None
+            if last:
+                reason = (
+                    {"type": "stop", "matched": matched} if finish == "stop" else {"type": "length", "length": len(out)}
+                )
+            meta: dict[str, Any] = {
+                "id": rid,
+                "finish_reason": reason,
+                "prompt_tokens": len(body["input_ids"]),
+                "completion_tokens": len(so_far),
+                "cached_tokens": s.cached,
+            }
+            if top is not None:
+                meta["output_token_logprobs"] = new_lps if self.incremental else list(lps)
+                meta["output_top_logprobs"] = new_tops if self.incremental else list(tops)
+            output = shown if self.incremental else list(so_far)
+            return {
+                "text": load_encoding().decode([t for t in output if t < 200000]),
+                "output_ids": output,
+                "meta_info": meta,
+            }
+
+        return StreamingResponse(self.play(request, s, rid, out, encode, list), media_type="text/event-stream")
+
+
+class LlamaCppFake(Fake):
+    """llama.cpp's llama-server: /completion with a token prompt; stops on its EOG set."""
+
+    def __init__(self, *scenarios: Scenario, end_is_eog: bool = False, done_line: bool = False, **kwargs: Any) -> None:
+        super().__init__(*scenarios, **kwargs)
+        self.eog = (RETURN, CALL, END) if end_is_eog else (RETURN, CALL)
+        self.done_line = done_line
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", lambda r: JSONResponse({"status": "ok"})),
+            Route("/props", lambda r: JSONResponse({"default_generation_settings": {"n_ctx": 131072}})),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
+            Route("/completion", self.completion, methods=["POST"]),
+        ]
+
+    async def detokenize(self, request: Request) -> Response:
+        return JSONResponse({"content": self.detok((await request.json())["tokens"])})
+
+    async def completion(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        s = self.scenario()
+        if s.status:
+            return JSONResponse(
+                {"error": {"code": s.status, "message": s.message, "type": "invalid_request_error"}},
+                status_code=s.status,
+            )
+        assert isinstance(body["prompt"], list) and body["return_tokens"]
+        prompt, rid = body["prompt"], f"slot-{len(self.requests)}"
+        out, finish, matched = self.plan(s, list(self.eog), body["n_predict"])
+        top = body.get("n_probs")
+
+        def probs(k: int, ids: list[int]) -> list[dict[str, Any]]:
+            entries = []
+            for j, token in enumerate(ids):
+                value, alts = fake_lp(k + j, token, top or 0)
+                entries.append(
+                    {
+                        "id": token,
+                        "token": "",
+                        "bytes": [],
+                        "logprob": value,
+                        "top_logprobs": [{"id": t, "token": "", "bytes": [], "logprob": v} for t, v in alts],
+                    }
+                )
+            return entries
+
+        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
+            shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
+            obj: dict[str, Any] = {"index": 0, "content": "", "tokens": shown, "stop": False, "id_slot": 0}
+            if top:
+                obj["completion_probabilities"] = probs(k, shown)
+            return obj
+
+        def final() -> list[dict[str, Any]]:
+            return [
+                {
+                    "index": 0,
+                    "content": "",
+                    "tokens": [],
+                    "stop": True,
+                    "id_slot": 0,
+                    "stop_type": "eos" if finish == "stop" else "limit",
+                    "stopping_word": "",
+                    "tokens_cached": len(prompt) + len(out),
+                    "tokens_evaluated": len(prompt),
+                    "truncated": False,
+                    "timings": {"prompt_n": len(prompt) - s.cached, "predicted_n": len(out)},
+                }
+            ]
+
+        play = self.play(request, s, rid, out, encode, final, done=self.done_line)
+        return StreamingResponse(play, media_type="text/event-stream")
+
+
+class TRTLLMFake(Fake):
+    """TensorRT-LLM's trtllm-serve: /v1/completions with token ids and ``detokenize: false``."""
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", lambda r: Response(b"", 200)),
+            Route("/v1/models", self.models),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def completions(self, request: Request) -> Response:
+        body = await request.json()
+        assert isinstance(body["prompt"], list)
+        prompt = body["prompt"]
+        if not body.get("stream"):  # the start-up probe
+            if any(t >= 201088 for t in prompt) or not self.detokenize_ok:
+                return JSONResponse({"object": "error", "message": "token id out of range"}, status_code=400)
+            choice = {"index": 0, "text": "", "token_ids": [12194], "finish_reason": "length", "stop_reason": None}
+            return JSONResponse({"id": "cmpl-probe", "object": "text_completion", "choices": [choice]})
+        self.requests.append(body)
+        s = self.scenario()
+        if s.status:
+            return self.error(s)
+        rid = f"cmpl-{len(self.requests)}"
+        out, finish, matched = self.plan(s, body["stop_token_ids"], body["max_tokens"])
+        top = body.get("logprobs")
+
+        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
+            shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": "",
+                "token_ids": shown,
+                "logprobs": _lp_maps(k, shown, top) if top is not None else None,
+                "finish_reason": finish if last else None,
+            }
+            if s.stop_reason:
+                choice["stop_reason"] = matched if last else None
+            obj: dict[str, Any] = {"id": rid, "object": "text_completion", "model": self.model, "choices": [choice]}
+            if k == 0:
+                obj["prompt_token_ids"] = prompt
+            return obj
+
+        def final() -> list[dict[str, Any]]:
+            usage = {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(out),
+                "total_tokens": len(prompt) + len(out),
+            }
+            return [{"id": rid, "object": "text_completion", "model": self.model, "choices": [], "usage": usage}]
+
+        return StreamingResponse(self.play(request, s, rid, out, encode, final), media_type="text/event-stream")
+
+
+FAKES: dict[str, type[Fake]] = {"vllm": VLLMFake, "sglang": SGLangFake, "llamacpp": LlamaCppFake, "trtllm": TRTLLMFake}
+
+
+def bound_socket(sndbuf: int | None = None) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sndbuf is not None:
+        # Inherited by accepted connections: a small send buffer makes backpressure show early.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@contextlib.contextmanager
+def run_app(app: Any, sndbuf: int | None = None) -> Iterator[str]:
+    """Serve an ASGI app on 127.0.0.1 in a thread; yields its root URL."""
+    sock = bound_socket(sndbuf)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive():
+            raise AssertionError("uvicorn exited during startup (see the log above)")
+        assert time.monotonic() < deadline, "uvicorn did not start in time"
+        time.sleep(0.005)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@contextlib.contextmanager
+def run_fake(fake: Fake) -> Iterator[Fake]:
+    with run_app(fake.app()) as url:
+        fake.url = url
+        yield fake

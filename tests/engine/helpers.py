@@ -1,0 +1,89 @@
+"""Our real server in front of an engine fake, and the clients that drive it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from openai import OpenAI
+
+from harmony_responses.api import Config, create_app
+from harmony_responses.engine import Engine
+
+from .fakes import Fake, run_app, run_fake
+
+MODEL = "gpt-oss-20b"
+ANSWER = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!<|return|>"
+CALL_WEATHER = (
+    "<|channel|>analysis<|message|>Need the weather.<|end|>"
+    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
+    "<|call|>"
+)
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+@dataclass
+class Stack:
+    fake: Fake
+    root: str  # our server
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/v1"
+
+    def client(self, **kwargs: Any) -> OpenAI:
+        return OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=30, **kwargs)
+
+    def post(self, body: dict[str, Any], timeout: float = 30) -> httpx.Response:
+        return httpx.post(f"{self.base_url}/responses", json={"model": MODEL, **body}, timeout=timeout)
+
+
+@contextlib.contextmanager
+def stack(
+    kind: str, fake: Fake, *, engine: Engine | None = None, sndbuf: int | None = None, **config: Any
+) -> Iterator[Stack]:
+    """The fake engine, and our server using it through the ``kind`` adapter."""
+    config.setdefault("models", (MODEL,))
+    config.setdefault("current_date", "2025-06-01")
+    with run_fake(fake):
+        app = create_app(Config(engine=kind, engine_url=fake.url, **config), engine=engine)
+        with run_app(app, sndbuf=sndbuf) as root:
+            yield Stack(fake=fake, root=root)
+
+
+def sse_events(raw: bytes) -> list[dict[str, Any]]:
+    events = []
+    for block in raw.decode().split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def without_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events with the values that differ between runs (ids, timestamps) replaced by placeholders."""
+    text = json.dumps(events)
+    names: dict[str, str] = {}
+    import re
+
+    def stable(match: re.Match[str]) -> str:
+        return names.setdefault(match[0], f"{match[1]}_{len(names)}")
+
+    text = re.sub(r"\b(resp|msg|rs|fc|call)_[A-Za-z0-9]{8,}", stable, text)
+    text = re.sub(r'"(created_at|completed_at)": \d+', r'"\1": 0', text)
+    return json.loads(text)
