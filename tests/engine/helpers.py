@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -76,14 +77,13 @@ def sse_events(raw: bytes) -> list[dict[str, Any]]:
 
 
 def without_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Events with the values that differ between runs (ids, timestamps) replaced by placeholders."""
+    """Events with what differs between runs (random ids, timestamps) replaced by stable placeholders."""
     text = json.dumps(events)
     names: dict[str, str] = {}
-    import re
 
     def stable(match: re.Match[str]) -> str:
         return names.setdefault(match[0], f"{match[1]}_{len(names)}")
 
-    text = re.sub(r"\b(resp|msg|rs|fc|call)_[A-Za-z0-9]{8,}", stable, text)
+    text = re.sub(r"\b([a-z]+)_[0-9a-f]{48}\b", stable, text)
     text = re.sub(r'"(created_at|completed_at)": \d+', r'"\1": 0', text)
     return json.loads(text)

@@ -1,0 +1,68 @@
+"""``--record PATH`` then ``replay:PATH``: the same event streams, byte for byte once ids are set aside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harmony_responses.api import Config, create_app
+
+from .fakes import Scenario, VLLMFake, harmony, run_app
+from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, stack, without_ids
+
+LONG = "<|channel|>analysis<|message|>" + "think " * 30 + "<|end|><|start|>assistant<|channel|>final<|message|>Done<|return|>"
+
+REQUESTS: list[dict[str, Any]] = [
+    {"input": "Hi", "stream": True},
+    {"input": "Weather?", "stream": True, "tools": [WEATHER_TOOL]},
+    {"input": "Hi", "stream": True, "include": ["message.output_text.logprobs"], "top_logprobs": 3},
+    {"input": "Hi", "stream": True, "max_output_tokens": 20},
+    {"input": "Hi", "stream": True},
+    {"input": "Hi", "stream": False},
+    {"input": "Hi", "stream": True},
+]
+SCENARIOS = [
+    Scenario(tokens=harmony(ANSWER), chunk=3, cached=5),
+    Scenario(tokens=harmony(CALL_WEATHER), chunk=2, include_stop=False),
+    Scenario(tokens=harmony(ANSWER), chunk=4),
+    Scenario(tokens=harmony(LONG), chunk=5),
+    Scenario(tokens=harmony(ANSWER), error_after=9, chunk=2),
+    Scenario(tokens=harmony(ANSWER)),
+    Scenario(status=503, message="overloaded"),
+]
+
+
+def _session(base: str) -> list[Any]:
+    import httpx
+
+    out: list[Any] = []
+    for body in REQUESTS:
+        response = httpx.post(f"{base}/v1/responses", json={"model": MODEL, **body}, timeout=30)
+        if response.status_code != 200:
+            out.append((response.status_code, response.json()))
+        elif body["stream"]:
+            out.append(without_ids(sse_events(response.content)))
+        else:
+            out.append(without_ids([response.json()]))
+    return out
+
+
+def test_record_then_replay_gives_the_same_streams(tmp_path: Path) -> None:
+    record = tmp_path / "session.jsonl"
+    with stack("vllm", VLLMFake(*SCENARIOS), record=str(record)) as s:
+        recorded = _session(s.root)
+    lines = [orjson.loads(line) for line in record.read_text().splitlines()]
+    assert len(lines) == len(REQUESTS)
+    assert lines[0]["chunks"][:2] == [3, 3] and lines[0]["cached_tokens"] == 5
+    assert lines[1]["chunks"][-1] == 1  # the <|call|> the engine left out, put back as its own chunk
+    assert lines[4]["finish"] == "error" and "CUDA error" in lines[4]["error"]
+    assert lines[6] == {"finish": "error", "error": lines[6]["error"], "refused": True}
+
+    app = create_app(Config(engine=f"replay:{record}", models=(MODEL,), current_date="2025-06-01"))
+    with run_app(app) as root:
+        replayed = _session(root)
+    assert replayed == recorded
+    assert recorded[2][-1]["response"]["output"][-1]["content"][0]["logprobs"]  # logprobs were replayed too
+    assert recorded[6][0] == 503
