@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +56,19 @@ class Stack:
 
 @contextlib.contextmanager
 def stack(
-    kind: str, fake: Fake, *, engine: Engine | None = None, sndbuf: int | None = None, **config: Any
+    kind: str,
+    fake: Fake,
+    *,
+    engine: Callable[[str], Engine] | None = None,
+    sndbuf: int | None = None,
+    **config: Any,
 ) -> Iterator[Stack]:
-    """The fake engine, and our server using it through the ``kind`` adapter."""
+    """The fake engine, and our server using it through the ``kind`` adapter (or ``engine(fake_url)``)."""
     config.setdefault("models", (MODEL,))
     config.setdefault("current_date", "2025-06-01")
     with run_fake(fake):
-        app = create_app(Config(engine=kind, engine_url=fake.url, **config), engine=engine)
+        instance = engine(fake.url) if engine is not None else None
+        app = create_app(Config(engine=kind, engine_url=fake.url, **config), engine=instance)
         with run_app(app, sndbuf=sndbuf) as root:
             yield Stack(fake=fake, root=root)
 

@@ -1,0 +1,184 @@
+"""The error tree: every httpx exception mapped, stop ids settled, start-up checks that say what is wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+
+import httpx
+import pytest
+
+from harmony_responses.api.errors import to_api_error
+from harmony_responses.engine import (
+    EngineError,
+    EngineMismatch,
+    EngineOptions,
+    EngineProtocolError,
+    EngineRefused,
+    EngineTimeout,
+    EngineUnavailable,
+    GenerateRequest,
+    engine_from_spec,
+)
+from harmony_responses.engine._http import HTTPX_ERRORS, map_errors, refused, settle_stop
+
+from .fakes import FAKES, VLLMFake, harmony, run_fake
+
+HTTPX_EXCEPTIONS = [
+    cls for name in httpx.__all__ if inspect.isclass(cls := getattr(httpx, name)) and issubclass(cls, Exception)
+]
+
+
+def test_every_httpx_exception_is_mapped() -> None:
+    assert HTTPX_EXCEPTIONS, "httpx exports no exceptions?"
+    unmapped = [cls.__name__ for cls in HTTPX_EXCEPTIONS if cls not in HTTPX_ERRORS]
+    assert unmapped == []
+
+
+@pytest.mark.parametrize("cls", HTTPX_EXCEPTIONS, ids=lambda c: c.__name__)
+def test_map_errors_raises_our_class_naming_the_engine(cls: type[Exception]) -> None:
+    try:
+        exc = cls("boom")
+    except TypeError:  # HTTPStatusError and friends need more arguments
+        exc = cls.__new__(cls)
+        Exception.__init__(exc, "boom")
+    with pytest.raises(EngineError) as info, map_errors("vllm at http://x:8000"):
+        raise exc
+    assert type(info.value) is HTTPX_ERRORS[cls][0]
+    assert str(info.value).startswith("vllm at http://x:8000: ") and info.value.__cause__ is exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls"),
+    [
+        (httpx.ConnectError("refused"), EngineUnavailable),
+        (httpx.ReadTimeout("slow"), EngineTimeout),
+        (httpx.RemoteProtocolError("peer closed"), EngineProtocolError),
+        (KeyError("choices"), EngineProtocolError),
+        (ValueError("not json"), EngineProtocolError),
+    ],
+)
+def test_map_errors_examples(exc: Exception, cls: type[EngineError]) -> None:
+    with pytest.raises(cls), map_errors("e"):
+        raise exc
+
+
+def test_map_errors_lets_bugs_and_our_errors_through() -> None:
+    with pytest.raises(RuntimeError), map_errors("e"):
+        raise RuntimeError("a bug")
+    original = EngineMismatch("x")
+    with pytest.raises(EngineMismatch) as info, map_errors("e"):
+        raise original
+    assert info.value is original
+
+
+def test_engine_errors_become_openai_errors() -> None:
+    unavailable = to_api_error(EngineUnavailable("vllm at u: cannot connect"))
+    assert (unavailable.status, unavailable.code, unavailable.type) == (503, "engine_unavailable", "server_error")
+    too_long = to_api_error(refused("vllm", 400, b'{"object":"error","message":"maximum context length is 8"}'))
+    assert (too_long.status, too_long.code, too_long.type) == (400, "context_length_exceeded", "invalid_request_error")
+    other = refused("vllm", 400, b"<html>nope</html>")
+    assert isinstance(other, EngineRefused) and other.status_hint == 503 and "HTTP 400: <html>nope</html>" in str(other)
+
+
+# ------------------------------------------------------------------------------ stop ids
+
+PROMPT = harmony("<|start|>user<|message|>Hi<|end|><|start|>assistant")
+
+
+@pytest.mark.parametrize(
+    ("generated", "prompt", "matched", "eos", "expected"),
+    [
+        ("<|channel|>final<|message|>Hi<|return|>", "", None, False, []),
+        ("<|channel|>final<|message|>Hi", "", None, False, [200002]),
+        ("<|channel|>final<|message|>Hi", "", 200012, False, [200012]),
+        ("<|channel|>final<|message|>Hi", "", None, True, []),
+        ("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}", "", None, False, [200012]),
+        (
+            "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=python<|channel|>analysis<|message|>1",
+            "",
+            None,
+            False,
+            [200012],
+        ),
+        ("{}", "<|channel|>commentary to=functions.f <|constrain|>json<|message|>", None, False, [200012]),
+        ("<|channel|>final", "", None, False, [200002]),
+    ],
+)
+def test_settle_stop(generated: str, prompt: str, matched: int | None, eos: bool, expected: list[int]) -> None:
+    request = GenerateRequest(prompt_ids=PROMPT + harmony(prompt))
+    assert settle_stop(request, harmony(generated), matched, eos) == (expected, None)
+
+
+def test_settle_stop_reports_a_stop_on_end() -> None:
+    extra, problem = settle_stop(
+        GenerateRequest(prompt_ids=PROMPT), harmony("<|channel|>analysis<|message|>x<|end|>"), None, False
+    )
+    assert extra == [] and problem is not None and "<|end|>" in problem
+
+
+# ------------------------------------------------------------------------------ start-up checks
+
+
+def _start(spec: str, **options: object) -> EngineError:
+    async def main() -> EngineError:
+        engine = engine_from_spec(spec, EngineOptions(**options))  # type: ignore[arg-type]
+        try:
+            await engine.start()
+        except EngineError as exc:
+            return exc
+        finally:
+            await engine.aclose()
+        raise AssertionError("the start-up check passed")
+
+    return asyncio.run(main())
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", list(FAKES))
+def test_start_unreachable_engine(kind: str) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    exc = _start(f"{kind}:{url}", connect_timeout=1.0)
+    assert isinstance(exc, EngineUnavailable)
+    assert str(exc).startswith(f"{kind} at {url}: cannot connect")
+
+
+@pytest.mark.parametrize("kind", list(FAKES))
+def test_start_engine_without_harmony_vocabulary(kind: str) -> None:
+    with run_fake(FAKES[kind](detokenize_ok=False)) as fake:
+        exc = _start(f"{kind}:{fake.url}")
+    assert isinstance(exc, (EngineMismatch, EngineRefused))
+    if kind != "trtllm":
+        assert "not Harmony's" in str(exc) and "[200006][200008][200002]" in str(exc)
+
+
+def test_start_wrong_model_name() -> None:
+    with run_fake(VLLMFake()) as fake:
+        exc = _start(f"vllm:{fake.url}", model="llama-3")
+    assert isinstance(exc, EngineMismatch)
+    assert str(exc) == f"vllm at {fake.url} serves 'openai/gpt-oss-20b', not 'llama-3' (--engine-model)"
+
+
+def test_start_wait_retries_until_the_engine_is_up() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    exc = _start(f"vllm:{url}", connect_timeout=0.5, start_wait=1.5)
+    assert isinstance(exc, EngineUnavailable)
+
+
+def test_spec_forms() -> None:
+    engine = engine_from_spec("vllm:http://gpu:9000/v1/")
+    assert engine.describe().startswith("vllm: http://gpu:9000")
+    assert engine_from_spec("sglang").describe().startswith("sglang: http://127.0.0.1:30000")
+    assert engine_from_spec("llamacpp", EngineOptions(url="http://h:1")).describe().startswith("llamacpp: http://h:1")
+    with pytest.raises(ValueError, match="names a URL and --engine-url names another"):
+        engine_from_spec("trtllm:http://a:1", EngineOptions(url="http://b:2"))
+    with pytest.raises(ValueError, match="not an http"):
+        engine_from_spec("vllm:gpu:8000")
+    with pytest.raises(ValueError, match="needs a checkpoint folder"):
+        engine_from_spec("transformers")

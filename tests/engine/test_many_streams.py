@@ -1,0 +1,135 @@
+"""Many streams through one server process: one pooled client, 64 concurrent streams, slow readers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections import defaultdict
+
+import httpx
+import orjson
+
+from harmony_responses.engine import Engine, EngineOptions, EngineStream, GenerateRequest, VLLMEngine
+from harmony_responses.tokens import TokenChunk
+
+from .fakes import Scenario, VLLMFake, harmony
+from .helpers import MODEL, sse_events, stack
+
+WORDS = 150
+ANSWER = "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>"
+BIG = "<|channel|>final<|message|>" + "token " * 20_000 + "<|return|>"
+
+
+class Counting(Engine):
+    """Counts the tokens the wrapped engine has yielded per request: what the server has pulled in."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.pulled: dict[str, int] = defaultdict(int)
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+    async def generate(self, request: GenerateRequest) -> EngineStream:  # type: ignore[override]
+        async for item in self.engine.generate(request):
+            if isinstance(item, TokenChunk):
+                self.pulled[request.request_id or ""] += len(item.token_ids)
+            yield item
+
+
+async def _stream(client: httpx.AsyncClient, url: str) -> str:
+    body = {"model": MODEL, "input": "Hi", "stream": True}
+    async with client.stream("POST", url, json=body) as response:
+        raw = await response.aread()
+    events = sse_events(raw)
+    assert events[-1]["type"] == "response.completed", events[-1]
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+def test_64_concurrent_streams_share_one_pool() -> None:
+    fake = VLLMFake(Scenario(tokens=harmony(ANSWER), delay=0.001))
+    with stack("vllm", fake) as s:
+
+        async def main() -> list[str]:
+            limits = httpx.Limits(max_connections=100)
+            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+                return await asyncio.gather(*(_stream(client, f"{s.base_url}/responses") for _ in range(64)))
+
+        started = time.monotonic()
+        texts = asyncio.run(main())
+        elapsed = time.monotonic() - started
+    assert texts == ["word " * WORDS] * 64
+    assert len(fake.requests) == 64 and len(fake.disconnects) == 0
+    assert elapsed < 30
+
+
+def _unit_stalls(counter: dict[str, int], key: str, settle: float = 0.4, timeout: float = 15) -> int:
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        value = counter.get(key, 0)
+        if value != last:
+            last, since = value, time.monotonic()
+        elif value and time.monotonic() - since >= settle:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"the stream never stalled (at {last} tokens)")
+
+
+def test_a_slow_reader_slows_only_its_own_stream() -> None:
+    big = harmony(BIG)
+    fake = VLLMFake(Scenario(tokens=big), Scenario(tokens=harmony(ANSWER)))
+    engines: list[Counting] = []
+
+    def counting(url: str) -> Counting:
+        engines.append(Counting(VLLMEngine(EngineOptions(url=url))))
+        return engines[0]
+
+    with stack("vllm", fake, engine=counting, sndbuf=32 * 1024) as s:
+        (engine,) = engines
+        host, port = s.root.removeprefix("http://").split(":")
+        # A client that sends its request and then reads nothing, with a small receive buffer.
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect((host, int(port)))
+        body = orjson.dumps({"model": MODEL, "input": "Hi", "stream": True})
+        slow.sendall(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while not engine.pulled and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (key,) = engine.pulled
+            stalled = _unit_stalls(engine.pulled, key)
+            # Bounded: the server stopped pulling from the engine long before the end of the answer.
+            assert stalled < len(big) // 2
+
+            async def others() -> list[str]:
+                async with httpx.AsyncClient(timeout=30) as client:
+                    return await asyncio.gather(*(_stream(client, f"{s.base_url}/responses") for _ in range(16)))
+
+            started = time.monotonic()
+            assert asyncio.run(others()) == ["word " * WORDS] * 16
+            assert time.monotonic() - started < 10
+            assert engine.pulled[key] <= stalled + 64  # the slow stream did not move meanwhile
+
+            # Once the reader reads, its stream goes on to the end.
+            slow.settimeout(30)
+            raw = bytearray()
+            while not raw.endswith(b"0\r\n\r\n"):
+                data = slow.recv(1 << 16)
+                if not data:
+                    break
+                raw += data
+            assert b"event: response.completed" in raw
+            assert engine.pulled[key] == len(big)
+        finally:
+            slow.close()
