@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from ..engine import Engine, EngineError, engine_from_spec
 from ..tools.browser import WebSearch, web_search_from_options
+from ..tools.code_interpreter import ContainerManager
 from ..vocab import load_encoding, load_vocabulary
 from .auth import BearerAuth
 from .config import Config
@@ -85,6 +86,11 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
     """
     engine = engine if engine is not None else engine_from_spec(config.engine, config.engine_options)
     sealer = configure_reasoning_key(config.secret_key)
+    containers = ContainerManager(
+        limits=config.code_interpreter,
+        unsafe=config.unsafe_code_interpreter,
+        idle_seconds=config.container_idle_seconds,
+    )
     if web_search is None:
         web_search = web_search_from_config(config)
 
@@ -98,6 +104,7 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
             app.state.startup_error = exc
             logger.error("the engine cannot serve: %s", exc)
             raise
+        containers.start()  # probes the sandbox in the background; warns when code cannot run
         app.state.services = Services(
             config=config, engine=engine, vocab=vocab, sealer=sealer, started_at=int(time.time())
         )
@@ -105,6 +112,7 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
             yield
         finally:
             await engine.aclose()
+            await containers.aclose()
             if web_search is not None:
                 await web_search.aclose()
 
@@ -118,6 +126,7 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.config = config
     app.state.engine = engine
+    app.state.containers = containers
     app.state.web_search = web_search
     app.state.startup_error = None
     return app

@@ -19,6 +19,7 @@ import uvicorn
 
 from ..engine import EngineOptions, engine_from_spec
 from ..tools.browser import BACKENDS
+from ..tools.code_interpreter import SandboxLimits
 from .app import create_app, web_search_from_config
 from .config import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS, Config
 
@@ -221,6 +222,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="address of the online search backend's API (default: the service's own)" + _env_help("SEARCH_API_URL"),
     )
+    add(
+        "--code-timeout",
+        type=_seconds,
+        default=_env("CODE_TIMEOUT") or "60",
+        metavar="SECONDS",
+        help="code interpreter: wall-clock (and CPU) time limit per call" + _env_help("CODE_TIMEOUT"),
+    )
+    add(
+        "--unsafe-code-interpreter",
+        action="store_true",
+        default=_env("UNSAFE_CODE_INTERPRETER") in ("1", "true", "yes"),
+        help="run code_interpreter code WITHOUT a sandbox when bubblewrap is unavailable: the code can read "
+        "the server's files and reach the network" + _env_help("UNSAFE_CODE_INTERPRETER"),
+    )
     parser.set_defaults(handler=serve)
 
 
@@ -246,6 +261,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
         secret_key=args.secret_key,
+        code_interpreter=SandboxLimits(wall_seconds=args.code_timeout, cpu_seconds=max(1, round(args.code_timeout))),
+        unsafe_code_interpreter=args.unsafe_code_interpreter,
         search_backend=args.search_backend,
         search_dir=args.search_dir,
         search_base_url=args.search_base_url,

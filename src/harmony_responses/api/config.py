@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..engine import EngineOptions
+from ..tools.code_interpreter import SandboxLimits
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MODELS", "Config"]
 
@@ -38,6 +39,9 @@ class Config:
         context_window: prompt plus output tokens the engine accepts; ``truncation`` works against it.
         secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: a random key per
             process, so blobs stop being readable after a restart (then they are ignored, not rejected).
+        code_interpreter: the code interpreter sandbox's limits (time per call, memory, processes, output).
+        unsafe_code_interpreter: run code without bubblewrap when it is unavailable (no isolation at all).
+        container_idle_seconds: a code interpreter container expires after this long without a call.
         search_backend, search_dir, search_base_url, search_api_url, search_api_key: web search
             (``tools/browser``): the backend (``local``, the default when ``search_dir`` is set, or ``exa``),
             the local index's folder and the URL prefix of its documents (None: ``file://``), the online
@@ -64,6 +68,9 @@ class Config:
     knowledge_cutoff: str = "2024-06"
     context_window: int = DEFAULT_CONTEXT_WINDOW
     secret_key: str | None = field(default=None, repr=False)
+    code_interpreter: SandboxLimits = field(default_factory=SandboxLimits)
+    unsafe_code_interpreter: bool = False
+    container_idle_seconds: float = 20 * 60
     search_backend: str | None = None
     search_dir: str | None = None
     search_base_url: str | None = None

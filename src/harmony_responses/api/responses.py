@@ -10,6 +10,7 @@ SDK send ``Accept: application/json`` when streaming; Codex sends ``text/event-s
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import logging
@@ -25,6 +26,8 @@ from starlette.requests import ClientDisconnect, Request
 from ..engine import Engine, GenerateRequest
 from ..ids import random_id
 from ..render import RenderError, render_request
+from ..tools import ToolSessions
+from ..tools.code_interpreter import ContainerNotFound, code_interpreter_session
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
 from .config import Config
@@ -124,10 +127,15 @@ def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer) -> dict[str, A
     return request
 
 
-def _render(request: dict[str, Any], *, config: Config) -> Any:
+def _render(request: dict[str, Any], *, config: Config, python_description: str | None = None) -> Any:
     current_date = config.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
     try:
-        return render_request(request, current_date=current_date, knowledge_cutoff=config.knowledge_cutoff)
+        return render_request(
+            request,
+            current_date=current_date,
+            knowledge_cutoff=config.knowledge_cutoff,
+            python_description=python_description,
+        )
     except RenderError:
         raise
     except Exception as exc:
@@ -149,13 +157,24 @@ async def create_response(request: Request) -> RunResponse:
     if options.model not in config.models:
         raise model_not_found(options.model)
 
+    tool_sessions = ToolSessions()
+    containers = request.app.state.containers
+    try:
+        code = code_interpreter_session(
+            body.get("tools"), containers, include_outputs="code_interpreter_call.outputs" in options.include
+        )
+    except ContainerNotFound as exc:
+        raise APIError(str(exc), param=exc.param, code="invalid_value") from None
+    if code is not None:
+        tool_sessions.add(code)
+
     model_request = _for_render(body, services.sealer)
     # Rendering a long conversation takes milliseconds per thousand tokens: keep it off the event loop.
     rendered = await anyio.to_thread.run_sync(
         functools.partial(
             render_to_fit,
             model_request,
-            functools.partial(_render, config=config),
+            functools.partial(_render, config=config, python_description=containers.description()),
             context_window=config.context_window,
             truncation=options.truncation,
         )
@@ -171,7 +190,11 @@ async def create_response(request: Request) -> RunResponse:
         response=response_skeleton(
             id=response_id, created_at=int(time.time()), model=options.model, **echo_fields(body)
         ),
-        recipients=RecipientMap.from_tools(model_request.get("tools")),
+        recipients=dataclasses.replace(
+            RecipientMap.from_tools(model_request.get("tools")),
+            # The item's container_id is the real container's, also for {"type": "auto"}.
+            container_id=code.container.id if code is not None else None,
+        ),
         logprobs=options.top_logprobs is not None,
     )
     translator.receive_prefill(rendered.prefill_ids)
@@ -189,5 +212,9 @@ async def create_response(request: Request) -> RunResponse:
         ),
         sealer=services.sealer if options.encrypted_reasoning else None,
         strict_schema=options.strict_schema,
+        tools=tool_sessions,
+        max_output_tokens=options.max_output_tokens,
+        max_tool_calls=options.max_tool_calls,
+        context_window=config.context_window,
     )
     return RunResponse(run, stream=options.stream)

@@ -60,7 +60,6 @@ MODEL_HIDDEN_TOOL_TYPES = frozenset(
 # Tool types the API defines that this server cannot run (yet): a clear 400 naming ``tools[i].type``.
 UNSUPPORTED_TOOL_TYPES = frozenset(
     {
-        "code_interpreter",
         "mcp",
         "file_search",
         "image_generation",
@@ -76,6 +75,9 @@ UNSUPPORTED_TOOL_TYPES = frozenset(
     }
 )
 SUPPORTED_TOOL_TYPES = ("function", "namespace", *sorted(MODEL_HIDDEN_TOOL_TYPES))
+
+SUPPORTED_TOOL_TYPES += ("code_interpreter",)
+CODE_INTERPRETER_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 
 # The API's pattern for function and response-format names.
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -106,6 +108,8 @@ class RequestOptions:
     truncation: str
     response_schema: dict[str, Any] | None
     strict_schema: tuple[str, dict[str, Any]] | None
+    max_tool_calls: int | None = None
+    include: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------- wording
@@ -371,6 +375,8 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
                 names.update((function, f"{namespace}.{function}"))
         elif kind in MODEL_HIDDEN_TOOL_TYPES:
             pass
+        elif kind == "code_interpreter":
+            _check_code_interpreter(tool, param)
         elif kind in UNSUPPORTED_TOOL_TYPES:
             raise APIError(
                 f"Invalid value for '{param}.type': '{kind}' tools are not supported by this server yet "
@@ -382,6 +388,38 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
         else:
             raise _invalid_value(f"{param}.type", kind, SUPPORTED_TOOL_TYPES)
     return names
+
+
+def _check_code_interpreter(tool: Mapping[str, Any], param: str) -> None:
+    """``container``: a container id (checked against live containers by responses.py), or ``{type: auto}``.
+
+    ``memory_limit`` and ``network_policy`` are accepted and not applied: the sandbox has its own limits and
+    no network. ``file_ids`` would need a Files API this server does not have: a non-empty list is refused.
+    """
+    container = tool.get("container")
+    where = f"{param}.container"
+    if container is None:
+        raise _missing(where)
+    if isinstance(container, str):
+        if not container:
+            raise APIError(f"Invalid '{where}': empty string.", param=where, code="invalid_value")
+        return
+    if not isinstance(container, dict):
+        raise _invalid_type(where, "a string or an object", container)
+    kind = container.get("type")
+    if kind is None:
+        raise _missing(f"{where}.type")
+    if kind != "auto":
+        raise _invalid_value(f"{where}.type", kind, ("auto",))
+    files = _opt_array(container, "file_ids", f"{where}.file_ids")
+    if files:
+        raise APIError(
+            f"Invalid '{where}.file_ids': this server has no Files API, so containers cannot start with files.",
+            param=f"{where}.file_ids",
+            code="unsupported_value",
+        )
+    _opt_enum(container, "memory_limit", CODE_INTERPRETER_MEMORY_LIMITS, f"{where}.memory_limit")
+    _opt_object(container, "network_policy", f"{where}.network_policy")
 
 
 def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
@@ -562,7 +600,7 @@ def validate_request(body: Any) -> RequestOptions:
     _check_tool_choice(body, functions)
     _opt_bool(body, "parallel_tool_calls")
     max_output_tokens = _opt_int(body, "max_output_tokens", minimum=MIN_OUTPUT_TOKENS)
-    _opt_int(body, "max_tool_calls", minimum=0)
+    max_tool_calls = _opt_int(body, "max_tool_calls", minimum=0)
     temperature = _opt_decimal(body, "temperature", minimum=0.0, maximum=2.0)
     top_p = _opt_decimal(body, "top_p", minimum=0.0, maximum=1.0)
     top_logprobs = _opt_int(body, "top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
@@ -587,4 +625,6 @@ def validate_request(body: Any) -> RequestOptions:
         truncation=truncation or "disabled",
         response_schema=response_schema,
         strict_schema=strict_schema,
+        max_tool_calls=max_tool_calls,
+        include=frozenset(include),
     )

@@ -1,0 +1,165 @@
+"""The REPL that runs *inside* the sandbox: one persistent Python process per container, fed cells by the host.
+
+This file is not imported by the server: its source is handed to the sandbox's ``python3 -I -c`` (see
+``_sandbox.py``), so it must stand alone (standard library only, Python 3.8+ for older system interpreters).
+
+Protocol (file descriptors set up by the host):
+
+- argv: ``WORKDIR CMD_FD REPLY_FD``.
+- CMD_FD: commands, host → driver: 4-byte big-endian length + UTF-8 JSON ``{"code": str, "cpu": seconds,
+  "wall": seconds}``.
+- REPLY_FD: replies, driver → host: the same framing, ``{"status": "ok" | "error" | "timeout" | "cpu"}``,
+  sent once the cell has finished and its output is flushed.
+- fd 1 and 2: the cell's output (both go to one pipe the host reads and caps); stdin is /dev/null.
+
+Like a notebook: variables persist between cells, the value of a cell's last expression is printed, and
+an exception in user code prints its traceback (the driver's own frames left out) and the REPL goes on.
+Limits the driver enforces itself, so that a cell that overruns loses only that cell, not the container's
+state: wall time (SIGALRM raises ``TimeoutError`` in the cell) and CPU time (the soft RLIMIT_CPU is moved
+to "used so far + this cell's allowance"; SIGXCPU raises in the cell). The host keeps a harder deadline
+and kills the whole sandbox if a cell ignores these.
+"""
+
+import ast
+import json
+import linecache
+import os
+import resource
+import signal
+import struct
+import sys
+import traceback
+
+CMD_FD = REPLY_FD = -1  # set from argv by main()
+
+
+class _CellTimeout(BaseException):
+    """Raised by SIGALRM; BaseException so that a bare ``except Exception`` in user code does not swallow it."""
+
+
+class _CellCPU(BaseException):
+    """Raised by SIGXCPU (the cell's CPU allowance is spent)."""
+
+
+def _on_alarm(signum, frame):
+    raise _CellTimeout()
+
+
+def _on_xcpu(signum, frame):
+    raise _CellCPU()
+
+
+def _read_exact(fd, n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _read_command():
+    header = _read_exact(CMD_FD, 4)
+    if header is None:
+        return None
+    (length,) = struct.unpack(">I", header)
+    body = _read_exact(CMD_FD, length)
+    return None if body is None else json.loads(body.decode("utf-8"))
+
+
+def _reply(obj):
+    data = json.dumps(obj).encode("utf-8")
+    os.write(REPLY_FD, struct.pack(">I", len(data)) + data)
+
+
+def _cpu_used():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _set_cpu_allowance(seconds):
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    want = int(_cpu_used()) + max(1, int(seconds)) + 1
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+
+
+def _print_traceback(exc, skip):
+    tb = exc.__traceback__
+    for _ in range(skip):
+        if tb is not None:
+            tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _run_cell(code, number, namespace):
+    filename = f"<cell {number}>"
+    # Registered so that tracebacks show the cell's source lines.
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = ast.parse(code, filename, "exec")
+    except SyntaxError as exc:
+        traceback.print_exception(type(exc), exc, None)
+        return "error"
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    try:
+        exec(compile(tree, filename, "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, filename, "eval"), namespace)
+            if value is not None:
+                namespace["_"] = value
+                print(repr(value))
+    except _CellTimeout:
+        return "timeout"
+    except _CellCPU:
+        return "cpu"
+    except SystemExit as exc:
+        # exit() in a notebook cell does not end the kernel here either: say so and go on.
+        print(f"SystemExit: {exc.code}", file=sys.stderr)
+        return "error"
+    except BaseException as exc:  # any failure of user code is the cell's result
+        _print_traceback(exc, 1)
+        return "error"
+    return "ok"
+
+
+def main():
+    global CMD_FD, REPLY_FD
+    workdir, CMD_FD, REPLY_FD = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    for fd in (CMD_FD, REPLY_FD):
+        os.set_inheritable(fd, False)  # user code's subprocesses must not talk to the host
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(workdir)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGXCPU, _on_xcpu)
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    sys.argv = [""]
+    number = 0
+    while True:
+        command = _read_command()
+        if command is None:
+            return
+        number += 1
+        _set_cpu_allowance(command.get("cpu", 60))
+        signal.setitimer(signal.ITIMER_REAL, float(command.get("wall", 60)))
+        try:
+            status = _run_cell(command["code"], number, namespace)
+        except (_CellTimeout, _CellCPU) as exc:  # raised between the cell's end and the disarm below
+            status = "timeout" if isinstance(exc, _CellTimeout) else "cpu"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or broken stream must not end the REPL
+                pass
+        _reply({"status": status})
+
+
+main()
