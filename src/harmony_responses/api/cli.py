@@ -20,6 +20,7 @@ import uvicorn
 from ..engine import EngineOptions, engine_from_spec
 from ..tools.browser import BACKENDS
 from ..tools.code_interpreter import SandboxLimits
+from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
 from .app import create_app, web_search_from_config
 from .config import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS, Config
 
@@ -196,6 +197,37 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "survive a restart)" + _env_help("SECRET_KEY"),
     )
     add(
+        "--mcp-allowed-hosts",
+        default=_env("MCP_ALLOWED_HOSTS"),
+        metavar="HOSTS",
+        help="comma-separated hosts that request MCP server_urls may reach (example.com, *.example.com, "
+        "host:port, *); default: any host, which lets every client make this server send requests to hosts "
+        "only it can reach (SSRF)" + _env_help("MCP_ALLOWED_HOSTS"),
+    )
+    add(
+        "--mcp-server",
+        action="append",
+        dest="mcp_servers",
+        metavar="NAME=COMMAND",
+        help="an MCP server started over stdio for requests that name it (server_url 'stdio:NAME'), e.g. "
+        "--mcp-server 'files=npx -y @modelcontextprotocol/server-filesystem /srv/docs'; repeatable",
+    )
+    add(
+        "--mcp-config",
+        default=_env("MCP_CONFIG"),
+        metavar="FILE",
+        help='stdio MCP servers from a JSON file: {"mcpServers": {NAME: {"command", "args", "env", "cwd"}}}'
+        + _env_help("MCP_CONFIG"),
+    )
+    add(
+        "--mcp-timeout",
+        type=float,
+        default=_env("MCP_TIMEOUT") or str(DEFAULT_MCP_TIMEOUT),
+        metavar="SECONDS",
+        help="limit for connecting to an MCP server and listing its tools, and for each tool call"
+        + _env_help("MCP_TIMEOUT"),
+    )
+    add(
         "--search-dir",
         default=_env("SEARCH_DIR"),
         metavar="PATH",
@@ -261,6 +293,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
         secret_key=args.secret_key,
+        mcp=mcp_options_from_args(args),
         code_interpreter=SandboxLimits(wall_seconds=args.code_timeout, cpu_seconds=max(1, round(args.code_timeout))),
         unsafe_code_interpreter=args.unsafe_code_interpreter,
         search_backend=args.search_backend,
@@ -269,6 +302,19 @@ def config_from_args(args: argparse.Namespace) -> Config:
         search_api_url=args.search_api_url,
         # A key on the command line would show in ps: environment only.
         search_api_key=_env("SEARCH_API_KEY") or os.environ.get("EXA_API_KEY") or None,
+    )
+
+
+def mcp_options_from_args(args: argparse.Namespace) -> McpOptions:
+    """The MCP flags → McpOptions; raises ValueError for a bad server spec or config file."""
+    servers = tuple(parse_stdio_server(spec) for spec in getattr(args, "mcp_servers", None) or ())
+    if getattr(args, "mcp_config", None):
+        servers += load_mcp_config(args.mcp_config)
+    hosts = getattr(args, "mcp_allowed_hosts", None)
+    return McpOptions(
+        allowed_hosts=tuple(h for h in hosts.split(",") if h.strip()) if hosts is not None else None,
+        servers=servers,
+        timeout=getattr(args, "mcp_timeout", DEFAULT_MCP_TIMEOUT),
     )
 
 

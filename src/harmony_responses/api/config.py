@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..engine import EngineOptions
 from ..tools.code_interpreter import SandboxLimits
+from ..tools.mcp import McpOptions
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MODELS", "Config"]
 
@@ -39,6 +40,8 @@ class Config:
         context_window: prompt plus output tokens the engine accepts; ``truncation`` works against it.
         secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: a random key per
             process, so blobs stop being readable after a restart (then they are ignored, not rejected).
+        mcp: remote MCP (``tools/mcp``): the hosts MCP URLs may reach (default: any, an SSRF risk), the
+            stdio servers requests may name (``stdio:NAME``), and the timeout for listing and calls.
         code_interpreter: the code interpreter sandbox's limits (time per call, memory, processes, output).
         unsafe_code_interpreter: run code without bubblewrap when it is unavailable (no isolation at all).
         container_idle_seconds: a code interpreter container expires after this long without a call.
@@ -68,6 +71,7 @@ class Config:
     knowledge_cutoff: str = "2024-06"
     context_window: int = DEFAULT_CONTEXT_WINDOW
     secret_key: str | None = field(default=None, repr=False)
+    mcp: McpOptions = field(default_factory=McpOptions)
     code_interpreter: SandboxLimits = field(default_factory=SandboxLimits)
     unsafe_code_interpreter: bool = False
     container_idle_seconds: float = 20 * 60

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -89,6 +89,9 @@ class ResponseRun:
         max_output_tokens: the request's budget over all engine calls (None: the context window's room).
         max_tool_calls: the request's limit on built-in calls run (None: no limit).
         context_window: prompt plus output tokens the engine takes (bounds each later call's budget).
+        prelude: called with the translator when the run starts, after ``response.in_progress`` (also for a
+            background response): items shown before generation (``mcp_list_tools``, an approved ``mcp_call``
+            set up with ``start_mcp_call``, which then runs before the first engine call).
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class ResponseRun:
         max_output_tokens: int | None = None,
         max_tool_calls: int | None = None,
         context_window: int | None = None,
+        prelude: Callable[[Translator], None] | None = None,
     ) -> None:
         self.translator = translator
         self._engine = engine
@@ -113,6 +117,7 @@ class ResponseRun:
         self._max_output_tokens = max_output_tokens
         self._max_tool_calls = max_tool_calls
         self._context_window = context_window
+        self._prelude = prelude
         self._stream: EngineStream | None = None
         self._first: TokenChunk | EngineEnd | _Empty | None = None
         self._sealed: dict[str, str] = {}
@@ -133,6 +138,9 @@ class ResponseRun:
         Raises:
             EngineError: the engine cannot take the request (nothing has been sent: answer 503).
         """
+        if self._prelude is not None:
+            prelude, self._prelude = self._prelude, None
+            prelude(self.translator)
         if self.translator.pending_tool_call is not None:
             return  # a call set up before generation (an approved MCP call) runs first: batches() does it
         self._stream = self._engine.generate(self._request)
@@ -324,6 +332,8 @@ class ResponseRun:
         """This engine call's generated ids up to the tool call, ending ``<|call|>``."""
         n = self.translator.output_tokens_at_call - self._call_base
         ids = self._generated[: max(n, 0)]
+        if not ids and self._request.prompt_ids[-1:] == [_CALL]:
+            return []  # render already ended the prompt with the approved call (RenderedPrompt.pending_mcp_call)
         if not ids:
             # A call the model did not write in this engine call (an approved MCP call run before generating):
             # write it as the model would have, after the prompt's <|start|>assistant.
