@@ -225,9 +225,12 @@ BAD: list[tuple[str, dict[str, Any], int, str | None, str, str]] = [
     ("tool_choice type", {"tool_choice": 1}, 400, "tool_choice", "invalid_type", ""),
     ("previous_response_id", {"previous_response_id": "resp_x"}, 400, "previous_response_id", "previous_response_not_found",
      "Previous response with id 'resp_x' not found."),
-    ("background", {"background": True}, 400, "background", "unsupported_parameter", "Background mode"),
-    ("conversation", {"conversation": "conv_1"}, 400, "conversation", "unsupported_parameter", "Conversations are not supported"),
-    ("conversation object", {"conversation": {"id": "conv_1"}}, 400, "conversation", "unsupported_parameter", ""),
+    ("background without store", {"background": True, "store": False}, 400, "background", "invalid_value", "requires 'store'"),
+    ("conversation", {"conversation": "conv_1"}, 404, "conversation", None, "Conversation with id 'conv_1' not found."),
+    ("conversation object", {"conversation": {"id": "conv_1"}}, 404, "conversation", None, "Conversation with id 'conv_1'"),
+    ("conversation id type", {"conversation": {"id": 1}}, 400, "conversation.id", "invalid_type", ""),
+    ("conversation and previous", {"conversation": "conv_1", "previous_response_id": "resp_x"}, 400, None,
+     "mutually_exclusive_parameters", "Mutually exclusive parameters"),
     ("prompt", {"prompt": {"id": "pmpt_1"}}, 400, "prompt", "unsupported_parameter", ""),
 ]  # fmt: skip
 

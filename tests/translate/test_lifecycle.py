@@ -112,3 +112,17 @@ def _web_search():  # type: ignore[no-untyped-def]
     from harmony_responses.translate import RecipientMap
 
     return RecipientMap.from_tools(WEB_SEARCH)
+
+
+def test_Translator_fail_ends_failed_with_the_message() -> None:
+    t = Translator(vocab=VOCAB, new_id=id_factory(), clock=Clock())
+    t.receive_tokens(tokens("<|channel|>final<|message|>Half"))
+    events = t.events()
+    t.fail("The server shut down.")
+    events += t.events()
+    check_stream(events)
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-1]["response"]["error"] == {"code": "server_error", "message": "The server shut down."}
+    assert events[-1]["response"]["output"][-1]["status"] == "incomplete"
+    t.fail("again")
+    assert t.events() == []

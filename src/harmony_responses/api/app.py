@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine import Engine, EngineError, engine_from_spec
+from ..store import StoreError
 from ..tools.browser import WebSearch, web_search_from_options
 from ..tools.code_interpreter import ContainerManager
 from ..vocab import load_encoding, load_vocabulary
@@ -32,6 +33,8 @@ from .config import Config
 from .errors import exception_handlers, json_response
 from .responses import Services, create_response, model_not_found
 from .sealed import configure_reasoning_key
+from .state import State
+from .stateful import routes as stateful_routes
 
 __all__ = ["create_app"]
 
@@ -105,12 +108,23 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
             logger.error("the engine cannot serve: %s", exc)
             raise
         containers.start()  # probes the sandbox in the background; warns when code cannot run
+        # The store: migrations, this process's lease, and ending what a crashed process left running.
+        stateful = State(config)
+        try:
+            await stateful.start()
+        except StoreError as exc:
+            app.state.startup_error = exc
+            logger.error("the store cannot be used: %s", exc)
+            await engine.aclose()
+            raise
+        app.state.stateful = stateful
         app.state.services = Services(
             config=config, engine=engine, vocab=vocab, sealer=sealer, started_at=int(time.time())
         )
         try:
             yield
         finally:
+            await stateful.aclose()  # background work still running ends failed, with a reason
             await engine.aclose()
             await containers.aclose()
             if web_search is not None:
@@ -122,6 +136,7 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        *stateful_routes,
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.config = config

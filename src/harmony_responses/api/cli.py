@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import uvicorn
 
 from ..engine import EngineOptions, engine_from_spec
+from ..store import describe_store, parse_retention
 from ..tools.browser import BACKENDS
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
@@ -268,6 +269,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="run code_interpreter code WITHOUT a sandbox when bubblewrap is unavailable: the code can read "
         "the server's files and reach the network" + _env_help("UNSAFE_CODE_INTERPRETER"),
     )
+    add(
+        "--store",
+        default=_env("STORE") or "sqlite",
+        metavar="SPEC",
+        help="where stored responses and conversations live: 'sqlite' (a file in --data-dir, the default), "
+        "'sqlite:PATH', or a postgresql://user:password@host:port/database URL that several server processes "
+        "may share" + _env_help("STORE"),
+    )
+    add(
+        "--data-dir",
+        default=_env("DATA_DIR"),
+        metavar="DIR",
+        help="folder of the SQLite store (default: $XDG_DATA_HOME/harmony-responses or "
+        "~/.local/share/harmony-responses)" + _env_help("DATA_DIR"),
+    )
+    add(
+        "--retention",
+        type=parse_retention,
+        default=_env("RETENTION") or "forever",
+        metavar="AGE",
+        help="delete stored responses and conversations older than AGE: a number with s, m, h, d or w "
+        "(e.g. 7d), or 'forever' (the default)" + _env_help("RETENTION"),
+    )
     parser.set_defaults(handler=serve)
 
 
@@ -293,6 +317,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
         secret_key=args.secret_key,
+        store=args.store,
+        data_dir=args.data_dir,
+        retention=args.retention,
         mcp=mcp_options_from_args(args),
         code_interpreter=SandboxLimits(wall_seconds=args.code_timeout, cpu_seconds=max(1, round(args.code_timeout))),
         unsafe_code_interpreter=args.unsafe_code_interpreter,
@@ -325,6 +352,7 @@ def banner(config: Config, engine_description: str, host: str, port: int, search
         f"  engine: {engine_description}",
         f"  models: {', '.join(config.models)} (default {config.default_model})",
         f"  auth:   {'bearer token required' if config.api_keys else 'none (no --api-key given)'}",
+        f"  store:  {describe_store(config.store, config.data_dir, config.retention)}",
     ]
     if search is not None:
         lines.append(f"  search: {search}")

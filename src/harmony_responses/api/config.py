@@ -40,6 +40,12 @@ class Config:
         context_window: prompt plus output tokens the engine accepts; ``truncation`` works against it.
         secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: a random key per
             process, so blobs stop being readable after a restart (then they are ignored, not rejected).
+        store: where stored responses and conversations live (``harmony_responses.store``): ``sqlite`` (a
+            file in ``data_dir``, the default), ``sqlite:PATH``, or a ``postgresql://…`` URL that several
+            server processes may share.
+        data_dir: the SQLite store's folder; None: ``$HARMONY_RESPONSES_DATA_DIR``, else
+            ``$XDG_DATA_HOME/harmony-responses`` or ``~/.local/share/harmony-responses``.
+        retention: seconds after which stored responses and conversations are deleted; None keeps them.
         mcp: remote MCP (``tools/mcp``): the hosts MCP URLs may reach (default: any, an SSRF risk), the
             stdio servers requests may name (``stdio:NAME``), and the timeout for listing and calls.
         code_interpreter: the code interpreter sandbox's limits (time per call, memory, processes, output).
@@ -71,6 +77,9 @@ class Config:
     knowledge_cutoff: str = "2024-06"
     context_window: int = DEFAULT_CONTEXT_WINDOW
     secret_key: str | None = field(default=None, repr=False)
+    store: str = "sqlite"
+    data_dir: str | None = None
+    retention: float | None = None
     mcp: McpOptions = field(default_factory=McpOptions)
     code_interpreter: SandboxLimits = field(default_factory=SandboxLimits)
     unsafe_code_interpreter: bool = False

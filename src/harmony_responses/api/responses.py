@@ -22,6 +22,7 @@ from typing import Any
 import anyio.to_thread
 import orjson
 from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp
 
 from ..engine import Engine, GenerateRequest
 from ..ids import random_id
@@ -36,7 +37,7 @@ from .errors import APIError
 from .fit import render_to_fit
 from .run import ResponseRun
 from .sealed import ReasoningSealer
-from .streaming import RunResponse
+from .state import State
 from .validate import MODEL_HIDDEN_TOOL_TYPES, RequestOptions, validate_request
 
 __all__ = ["Services", "create_response", "model_not_found", "read_json_body"]
@@ -149,7 +150,7 @@ def _render(request: dict[str, Any], *, config: Config, python_description: str 
         ) from exc
 
 
-async def create_response(request: Request) -> RunResponse:
+async def create_response(request: Request) -> ASGIApp:
     services: Services = request.app.state.services
     config = services.config
     body = await read_json_body(request, config.max_body_bytes)
@@ -168,7 +169,10 @@ async def create_response(request: Request) -> RunResponse:
     if code is not None:
         tool_sessions.add(code)
 
-    model_request = _for_render(body, services.sealer)
+    # Stored state: previous_response_id / conversation items, item references, ids for the input items.
+    state: State = request.app.state.stateful
+    prepared = await state.prepare(request, body)
+    model_request = _for_render(prepared.render_body, services.sealer)
     # Rendering a long conversation takes milliseconds per thousand tokens: keep it off the event loop.
     rendered = await anyio.to_thread.run_sync(
         functools.partial(
@@ -183,12 +187,13 @@ async def create_response(request: Request) -> RunResponse:
     max_tokens = room if options.max_output_tokens is None else min(options.max_output_tokens, room)
 
     response_id = random_id("resp")
+    created_at = int(time.time())
     translator = Translator(
         vocab=services.vocab,
         new_id=random_id,
         clock=lambda: int(time.time()),
         response=response_skeleton(
-            id=response_id, created_at=int(time.time()), model=options.model, **echo_fields(body)
+            id=response_id, created_at=created_at, model=options.model, **{**echo_fields(body), **prepared.echo}
         ),
         recipients=dataclasses.replace(
             RecipientMap.from_tools(model_request.get("tools")),
@@ -196,6 +201,7 @@ async def create_response(request: Request) -> RunResponse:
             container_id=code.container.id if code is not None else None,
         ),
         logprobs=options.top_logprobs is not None,
+        queued=prepared.background,
     )
     translator.receive_prefill(rendered.prefill_ids)
     run = ResponseRun(
@@ -217,4 +223,5 @@ async def create_response(request: Request) -> RunResponse:
         max_tool_calls=options.max_tool_calls,
         context_window=config.context_window,
     )
-    return RunResponse(run, stream=options.stream)
+    # Not stored: RunResponse as is; stored: its events logged as they are sent; background: detached.
+    return await state.respond(prepared, run, response_id=response_id, created_at=created_at, stream=options.stream)

@@ -11,8 +11,10 @@ patterns: ``Missing required parameter: 'model'.``, ``Invalid type for 'top_p': 
 got a string instead.``, ``Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16,
 but got 1 instead.``, ``Invalid value: 'x'. Supported values are: 'auto' and 'disabled'.``
 
+State parameters are checked for shape here (``background`` needs ``store``; ``conversation`` excludes
+``previous_response_id``) and resolved against the store in ``state.py``.
 Features that belong to later issues are refused with a clear 400 rather than silently ignored:
-``previous_response_id``, ``background: true``, ``conversation``, ``prompt`` templates, and built-in tools
+``prompt`` templates, and built-in tools
 the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations are the exception: Codex
 sends ``{"type": "web_search", "external_web_access": false}`` with every request, so they are accepted,
 echoed, and not offered to the model (see ``MODEL_HIDDEN_TOOL_TYPES``).
@@ -34,6 +36,7 @@ __all__ = [
     "MODEL_HIDDEN_TOOL_TYPES",
     "REASONING_EFFORTS",
     "RequestOptions",
+    "check_metadata",
     "validate_request",
 ]
 
@@ -279,6 +282,11 @@ def _check_name(value: object, param: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- parameters
+
+
+def check_metadata(body: Mapping[str, Any]) -> None:
+    """Validate ``body["metadata"]`` (≤ 16 string pairs): for the conversations endpoints too."""
+    _check_metadata(body)
 
 
 def _check_metadata(body: Mapping[str, Any]) -> None:
@@ -532,25 +540,33 @@ def _check_reasoning(body: Mapping[str, Any]) -> None:
 
 
 def _check_later_features(body: Mapping[str, Any]) -> None:
-    """Parameters of the state and tools issues: refused clearly until those land."""
+    """State parameters (whether the ids exist is checked against the store, in state.py); ``prompt``."""
     previous = _opt_str(body, "previous_response_id")
-    if previous is not None:
+    store = _opt_bool(body, "store")
+    if _opt_bool(body, "background") and store is False:
         raise APIError(
-            f"Previous response with id '{previous}' not found. This server does not store responses yet: "
-            "send the whole conversation in 'input' instead of 'previous_response_id'.",
-            param="previous_response_id",
-            code="previous_response_not_found",
+            "Invalid value for 'background': background mode requires 'store' to be true (a background "
+            "response is stored so that it can be retrieved, streamed again and cancelled).",
+            param="background",
+            code="invalid_value",
         )
-    if _opt_bool(body, "background"):
-        raise _unsupported("background", "Background mode ('background': true) is not supported by this server yet.")
     conversation = body.get("conversation")
     if conversation is not None:
-        if not isinstance(conversation, str | dict):
+        if isinstance(conversation, dict):
+            conversation = conversation.get("id")
+            if conversation is None:
+                raise _missing("conversation.id")
+            if not isinstance(conversation, str):
+                raise _invalid_type("conversation.id", "a string", conversation)
+        elif not isinstance(conversation, str):
             raise _invalid_type("conversation", "a string or an object", conversation)
-        raise _unsupported(
-            "conversation",
-            "Conversations are not supported by this server yet: send the whole conversation in 'input'.",
-        )
+        if previous is not None:
+            raise APIError(
+                "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or "
+                "'conversation'.",
+                param=None,
+                code="mutually_exclusive_parameters",
+            )
     if body.get("prompt") is not None:
         raise _unsupported(
             "prompt",

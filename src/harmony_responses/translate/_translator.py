@@ -397,10 +397,23 @@ class Translator:
         event union has no cancelled event, and an event log must end with a terminal event that every
         client (and a resumed stream) recognises (responses-protocol.md §5.2, pitfalls.md #44).
         """
+        if self._cut_short():
+            self._terminal("cancelled")
+
+    def fail(self, message: str) -> None:
+        """End the response ``failed`` now, for a reason of the server's (e.g. it is shutting down); idempotent.
+
+        As ``cancel``, but the end is ``error`` + ``response.failed`` with ``message``.
+        """
+        if self._cut_short():
+            self._fail(message)
+
+    def _cut_short(self) -> bool:
+        """Process what is buffered, then close what is open ``incomplete``; False if already closed."""
         if self.state is not State.CLOSED:
             self._process_pending()
         if self.state is State.CLOSED:
-            return
+            return False
         self._queued = False
         item = self._item
         if item is not None:
@@ -408,7 +421,7 @@ class Translator:
             self._tool_call = None
         elif self.state is State.HEADER and self._headerless_text() is not None:
             self._flush_headerless("incomplete")
-        self._terminal("cancelled")
+        return True
 
     # ------------------------------------------------------------------ token processing
 

@@ -1,0 +1,310 @@
+"""A stored response being produced in this process: its events, their durability, and who sends them.
+
+``LiveResponse`` holds a stored response's events in memory while it runs and knows how many of them
+are committed to its log (``durable``). Everyone who sends them — the client that created it, a client
+streaming a background response, a client resuming with ``GET …?stream=true`` — sends only durable events,
+so that what any client saw is in the log, and a stream resumed from the log (in this process or another,
+before or after a crash) is identical to what a connected client saw. The writes are batched across all
+streams by ``store.Writer``; a stream waits for its own events only, while the engine keeps generating.
+
+``produce()`` is the pump: it runs a ``ResponseRun`` in a task of its own, detached from any HTTP request,
+and publishes each batch of events. A stop (``LiveResponse.stop``) cancels that task and ends the
+response in-band: ``cancel`` (background cancel, or a foreground client gone) ends it ``cancelled``
+(``Translator.cancel``), ``shutdown`` ends it ``failed`` with a reason.
+
+``StoredRun`` wraps a foreground ``ResponseRun`` so that ``streaming.RunResponse`` serves a stored response
+unchanged: same ``start``/``batches``/``aclose``/``final``, but the batches are the durable events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import orjson
+
+from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
+from .run import ResponseRun
+
+__all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce"]
+
+logger = logging.getLogger("harmony_responses.api")
+
+Event = dict[str, Any]
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
+# As in streaming.py: the longest a producer whose engine never waits keeps the event loop to itself.
+YIELD_INTERVAL = 0.002
+SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
+
+
+class LiveResponse:
+    """One stored response's events while it is produced (see the module docstring).
+
+    Args:
+        response_id, owner, created_at: the response's identity.
+        writer: the store's group-commit writer.
+        persist: write the response row and its log (False for ``store: false`` with a conversation,
+            where only the conversation's new items are written).
+        background: a background response (cancellable; runs detached from its request).
+        conversation_id, conversation_items: the conversation the turn is appended to, and the turn's
+            input items; appended with the output when the response ends ``completed`` or ``incomplete``.
+    """
+
+    def __init__(
+        self,
+        *,
+        response_id: str,
+        owner: str,
+        created_at: int,
+        writer: Writer,
+        persist: bool = True,
+        background: bool = False,
+        conversation_id: str | None = None,
+        conversation_items: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        self.id = response_id
+        self.owner = owner
+        self.created_at = created_at
+        self.background = background
+        self.persist = persist
+        self._writer = writer
+        self._conversation_id = conversation_id
+        self._conversation_items = list(conversation_items)
+        self.events: list[Event] = []
+        self.encoded: list[bytes] = []
+        self.durable = 0
+        self.response: dict[str, Any] | None = None  # the Response as it stands: lifecycle + finished items
+        self.final: dict[str, Any] | None = None  # the terminal Response, once durable
+        self.closed = False  # nothing more will be published or become durable
+        self.task: asyncio.Task[None] | None = None
+        self.stop_reason: str | None = None
+        self._changed = asyncio.Event()
+        self._terminal_published = False
+        self.on_closed: Callable[[LiveResponse], None] | None = None
+
+    # ------------------------------------------------------------------ publishing (the producer)
+
+    def insert(self, op: InsertResponse) -> None:
+        """Write the response row (before any of its events)."""
+        if self.persist:
+            self._writer.submit([op])
+
+    def publish(self, events: list[Event]) -> None:
+        """Append events; they become visible to senders once committed."""
+        if not events or self._terminal_published:
+            return
+        assert events[0]["sequence_number"] == len(self.events), "events must continue the log without gaps"
+        encoded = [orjson.dumps(event) for event in events]
+        self.events.extend(events)
+        self.encoded.extend(encoded)
+        ops: list[Op] = []
+        if self.persist:
+            ops.append(AppendEvents(response_id=self.id, first_seq=events[0]["sequence_number"], data=encoded))
+        changed = False
+        for event in events:
+            kind = event["type"]
+            if kind in LIFECYCLE_EVENTS:
+                # A copy with its own output list: the event itself may still be sent, unchanged.
+                self.response = dict(event["response"], output=list(event["response"]["output"]))
+                changed = True
+            elif kind == "response.output_item.done" and self.response is not None:
+                self.response["output"].append(event["item"])
+                changed = True
+        terminal = events[-1]["type"] in TERMINAL_EVENTS
+        if self.persist and changed and self.response is not None:
+            ops.append(
+                UpdateResponse(
+                    id=self.id,
+                    status=self.response["status"],
+                    response=orjson.dumps(self.response),
+                    updated_at=time.time(),
+                    finished=terminal,
+                )
+            )
+        if terminal:
+            self._terminal_published = True
+            ops.extend(self._terminal_ops())
+        count = len(self.events)
+        self._writer.submit(ops, lambda: self._committed(count, terminal))
+
+    def _terminal_ops(self) -> list[Op]:
+        assert self.response is not None
+        output = [(item.get("id") or "", orjson.dumps(item)) for item in self.response["output"]]
+        ops: list[Op] = []
+        if self.persist and output:
+            ops.append(
+                AppendItems(parent=self.id, kind="output", owner=self.owner, created_at=self.created_at, items=output)
+            )
+        if self._conversation_id is not None and self.response["status"] in ("completed", "incomplete"):
+            ops.append(
+                AppendItems(
+                    parent=self._conversation_id,
+                    kind="conversation",
+                    owner=self.owner,
+                    created_at=int(time.time()),
+                    items=self._conversation_items + output,
+                )
+            )
+        return ops
+
+    def _committed(self, count: int, terminal: bool) -> None:
+        self.durable = max(self.durable, count)
+        if terminal:
+            self.final = self.response
+        self._notify()
+
+    def close(self) -> None:
+        """The producer is done: wake every sender for the last time."""
+        self.closed = True
+        self._notify()
+        if self.on_closed is not None:
+            self.on_closed(self)
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    # ------------------------------------------------------------------ following (the senders)
+
+    async def wait_beyond(self, position: int) -> None:
+        """Wait until more than ``position`` events are durable, or the response is closed."""
+        while self.durable <= position and not self.closed:
+            await self._changed.wait()
+
+    async def follow(self, after: int = -1) -> AsyncIterator[tuple[list[Event], list[bytes]]]:
+        """Durable events with ``sequence_number > after``, in slices as they commit, up to the terminal."""
+        position = after + 1
+        while True:
+            await self.wait_beyond(position)
+            end = self.durable
+            if end > position:
+                yield self.events[position:end], self.encoded[position:end]
+                position = end
+            elif self.closed:
+                return
+
+    # ------------------------------------------------------------------ stopping
+
+    async def stop(self, reason: str) -> None:
+        """End the response now (``cancel`` or ``shutdown``) and wait until its end is durable."""
+        task = self.task
+        if task is not None and not task.done() and self.stop_reason is None:
+            self.stop_reason = reason
+            task.cancel()
+        if task is None:
+            if not self.closed:
+                self.close()  # never started (the engine refused it): nothing was stored
+            return
+        # Shielded: the caller being cancelled (a client gone) must not leave the end unwritten.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+        while not self.closed:
+            await self._changed.wait()
+
+
+async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False) -> None:
+    """Run ``run`` to its end, publishing every batch; see the module docstring for stops.
+
+    ``queued``: a background response whose ``created``/``queued`` events are published already; this
+    begins it (``response.in_progress``) and starts the engine, failing the response in-band if the engine
+    refuses the request.
+    """
+    translator = run.translator
+    try:
+        if queued:
+            translator.begin()
+            live.publish(translator.events())
+            try:
+                await run.start()
+            except Exception as exc:
+                # The POST has answered already: an engine refusing the request fails the response in-band.
+                translator.receive_end("error", f"the engine could not take the request: {exc}")
+                live.publish(translator.events())
+                return
+        clock = time.monotonic
+        last_yield = clock()
+        async with contextlib.aclosing(run.batches()) as batches:
+            async for batch in batches:
+                live.publish(batch)
+                if clock() - last_yield >= YIELD_INTERVAL:
+                    await asyncio.sleep(0)
+                    last_yield = clock()
+    except asyncio.CancelledError:
+        if live.stop_reason is None:
+            live.stop_reason = "shutdown"
+        _end_stopped(live, run)
+    except Exception as exc:  # a bug: still end the response, so that its log has a terminal event
+        logger.exception("response %s failed in the server", live.id)
+        if not translator.closed:
+            with contextlib.suppress(Exception):
+                translator.receive_end("error", f"internal server error: {type(exc).__name__}")
+                live.publish(translator.events())
+    finally:
+        try:
+            await run.aclose()
+        finally:
+            # Wait for the end to be durable before anyone is told the response is over.
+            await live._writer.flush()
+            live.close()
+
+
+def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
+    translator = run.translator
+    if translator.closed:
+        live.publish(translator.events())  # the end was produced already, maybe not yet published
+        return
+    translator.events()  # drop events never published: they were not sent, and the end follows them
+    if live.stop_reason == "cancel":
+        translator.cancel()
+        logger.info("%s cancelled", live.id)
+    else:
+        translator.fail(SHUTDOWN_MESSAGE)
+    events = translator.events()
+    # Events dropped above (never published) leave a gap: renumber the end to continue the log.
+    for offset, event in enumerate(events):
+        event["sequence_number"] = len(live.events) + offset
+    live.publish(events)
+
+
+class StoredRun:
+    """A foreground ``ResponseRun`` whose events are logged, served by ``streaming.RunResponse`` as is.
+
+    ``start`` calls the engine (an engine refusing the request is still an HTTP error, and nothing is
+    stored); only then is the response row written. ``batches`` yields durable events; ``aclose``
+    (client gone, or the end) stops the producer, which ends the response ``cancelled`` if it is not over.
+    """
+
+    def __init__(self, run: ResponseRun, live: LiveResponse, insert: InsertResponse) -> None:
+        self._run = run
+        self._live = live
+        self._insert = insert
+        self.final: dict[str, Any] | None = None
+
+    @property
+    def request_id(self) -> str | None:
+        return self._run.request_id
+
+    @property
+    def translator(self) -> Any:
+        return self._run.translator
+
+    async def start(self) -> None:
+        await self._run.start()
+        self._live.insert(self._insert)
+
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        live = self._live
+        live.task = asyncio.get_running_loop().create_task(produce(live, self._run), name=f"produce-{live.id}")
+        async for events, _ in live.follow():
+            yield events
+        self.final = live.final
+
+    async def aclose(self) -> None:
+        if self._live.task is None:
+            await self._run.aclose()
+        await self._live.stop("cancel")

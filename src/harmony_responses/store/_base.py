@@ -1,0 +1,284 @@
+"""The store interface: what the API keeps about responses and conversations, independent of the database.
+
+A store keeps five things (schema in ``_migrations.py``):
+
+- **responses**: one row per stored response — its owner (a hash of the API key, ``""`` without auth),
+  status, the Response object as last written, the chain link (``previous_response_id``), its
+  conversation, and which server process is producing it while it runs (``process_id``, NULL once it
+  ended) plus a cancel flag any process can set;
+- **events**: each response's event log, ``(response_id, seq, data)`` with ``data`` the event's JSON
+  exactly as sent, so that a replay is byte-identical to the live stream;
+- **items**: input items and output items of responses, and conversation items, each list ordered by
+  ``position`` (the cursor of ``input_items`` and conversation item listings is an item id);
+- **conversations**: id, owner, metadata and the next free item position;
+- **processes**: one row per running server process with a heartbeat — the lease that tells a live
+  process's in-flight responses from those a crashed process left behind.
+
+Writes that happen while a response streams go through ``write(ops)``: one transaction for any number of
+operations, so that the caller (``_writer.Writer``) can group the events of every stream into one commit.
+Everything else is a small method per question. Owners: every read that a client can reach takes
+``owner`` and answers as if a row of another owner did not exist.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "ActiveResponse",
+    "AppendEvents",
+    "AppendItems",
+    "ConversationRecord",
+    "CreateConversation",
+    "InsertResponse",
+    "ItemKind",
+    "Op",
+    "Page",
+    "ProcessInfo",
+    "Store",
+    "StoreError",
+    "StoredResponse",
+    "UpdateResponse",
+]
+
+ItemKind = Literal["input", "output", "conversation"]
+ACTIVE_STATUSES = ("queued", "in_progress")
+
+
+class StoreError(Exception):
+    """The store cannot be opened or used (bad spec, unreachable database, newer schema than this code)."""
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredResponse:
+    """A response row. ``response`` is the Response object as last written (JSON bytes)."""
+
+    id: str
+    owner: str
+    created_at: int
+    status: str
+    background: bool
+    previous_response_id: str | None
+    conversation_id: str | None
+    process_id: str | None
+    cancel_requested: bool
+    response: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationRecord:
+    id: str
+    owner: str
+    created_at: int
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessInfo:
+    """A server process: ``host`` names the machine and its pid namespace, so pids can be checked there."""
+
+    id: str
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActiveResponse:
+    """A queued or in-progress response and the lease of the process producing it (None: no such row)."""
+
+    id: str
+    process_id: str | None
+    host: str | None
+    pid: int | None
+    heartbeat_age: float | None  # seconds since the process's last heartbeat, by the database's clock
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a cursor listing: ``items`` in the order asked for, and whether more follow."""
+
+    items: list[dict[str, Any]]
+    has_more: bool
+
+
+# ---------------------------------------------------------------------------------------------- writes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InsertResponse:
+    """A new response row and its input items (``(item_id, json)`` in order)."""
+
+    record: StoredResponse
+    updated_at: float
+    input_items: Sequence[tuple[str, bytes]] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateResponse:
+    """New status and Response object; ``finished`` releases the row from its process."""
+
+    id: str
+    status: str
+    response: bytes
+    updated_at: float
+    finished: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendEvents:
+    """Events ``first_seq, first_seq + 1, …`` of a response's log."""
+
+    response_id: str
+    first_seq: int
+    data: Sequence[bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendItems:
+    """Items appended to a list: a response's output (positions from 0) or a conversation (after its last)."""
+
+    parent: str
+    kind: ItemKind
+    owner: str
+    created_at: int
+    items: Sequence[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateConversation:
+    record: ConversationRecord
+    updated_at: float
+    items: Sequence[tuple[str, bytes]] = field(default=())
+
+
+Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConversation
+
+
+# ---------------------------------------------------------------------------------------------- interface
+
+
+class Store(abc.ABC):
+    """A database keeping responses, event logs, items and conversations; see the module docstring."""
+
+    #: ``sqlite`` or ``postgresql``.
+    kind: str
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """One line for the startup banner (no secrets)."""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and apply pending migrations (creating the file or schema on first start).
+
+        Raises:
+            StoreError: the database cannot be reached or its schema is newer than this code.
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    # ------------------------------------------------------------------ writes
+
+    @abc.abstractmethod
+    async def write(self, ops: Sequence[Op]) -> None:
+        """Apply ``ops`` in order, in one transaction."""
+
+    # ------------------------------------------------------------------ processes and recovery
+
+    @abc.abstractmethod
+    async def register_process(self, process: ProcessInfo) -> None: ...
+
+    @abc.abstractmethod
+    async def heartbeat(self, process_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def unregister_process(self, process_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def active_responses(self) -> list[ActiveResponse]:
+        """Every queued or in-progress response with the lease of its process."""
+
+    @abc.abstractmethod
+    async def claim(self, response_id: str, *, holder: str | None, new_holder: str) -> bool:
+        """Move an active response from process ``holder`` to ``new_holder``; False if someone else did first."""
+
+    @abc.abstractmethod
+    async def forget_processes(self, max_age: float) -> None:
+        """Delete process rows whose heartbeat is older than ``max_age`` seconds and that hold nothing."""
+
+    # ------------------------------------------------------------------ responses
+
+    @abc.abstractmethod
+    async def get_response(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        """The row, or None; ``owner`` None skips the owner check (internal use only)."""
+
+    @abc.abstractmethod
+    async def delete_response(self, response_id: str, owner: str) -> bool:
+        """Delete a response with its log and items; False if there is none for this owner."""
+
+    @abc.abstractmethod
+    async def request_cancel(self, response_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def cancel_requests(self, response_ids: Sequence[str]) -> list[str]:
+        """Which of ``response_ids`` have their cancel flag set."""
+
+    @abc.abstractmethod
+    async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
+        """Events with ``seq > after`` in order, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def chain_items(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:
+        """Input then output items of the response and, before them, of every response it continues.
+
+        None when ``response_id`` is not a response of ``owner``. Oldest first.
+        """
+
+    # ------------------------------------------------------------------ items
+
+    @abc.abstractmethod
+    async def list_items(
+        self, parent: str, kind: ItemKind, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> Page | None:
+        """A page of a list; None when ``after`` names no item of it."""
+
+    @abc.abstractmethod
+    async def all_items(self, parent: str, kind: ItemKind) -> list[dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    async def get_item(self, parent: str, kind: ItemKind, item_id: str) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    async def delete_item(self, parent: str, kind: ItemKind, item_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
+        """The most recently stored item with this id among the owner's responses and conversations."""
+
+    # ------------------------------------------------------------------ conversations
+
+    @abc.abstractmethod
+    async def get_conversation(self, conversation_id: str, owner: str) -> ConversationRecord | None: ...
+
+    @abc.abstractmethod
+    async def update_conversation(
+        self, conversation_id: str, owner: str, metadata: dict[str, Any], updated_at: float
+    ) -> ConversationRecord | None: ...
+
+    @abc.abstractmethod
+    async def delete_conversation(self, conversation_id: str, owner: str) -> bool: ...
+
+    # ------------------------------------------------------------------ retention
+
+    @abc.abstractmethod
+    async def purge(self, before: float) -> int:
+        """Delete finished responses created before ``before`` (Unix seconds) and conversations not
+        updated since; returns how many responses and conversations went."""

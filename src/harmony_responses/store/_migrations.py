@@ -1,0 +1,131 @@
+"""Versioned schema migrations, one list per database, applied in order at start.
+
+Each migration is ``(version, statements)``; ``schema_migrations`` records which versions a database has.
+A database whose highest version is above ``LATEST`` was migrated by newer code: the store refuses to
+open it rather than guess (``StoreError``). Never edit a released migration; append a new one.
+
+The two schemas are the same tables (``_base.py`` says what each keeps); the differences are types
+(``BLOB``/``BYTEA`` for JSON kept byte-exact, ``REAL``/``DOUBLE PRECISION`` for timestamps) and SQLite's
+``WITHOUT ROWID``, which clusters the event log and item lists by their primary key.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LATEST", "POSTGRES", "SQLITE"]
+
+Migration = tuple[int, tuple[str, ...]]
+
+SQLITE: tuple[Migration, ...] = (
+    (
+        1,
+        (
+            """CREATE TABLE processes (
+                id TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                started_at REAL NOT NULL,
+                heartbeat_at REAL NOT NULL
+            )""",
+            """CREATE TABLE responses (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                updated_at REAL NOT NULL,
+                status TEXT NOT NULL,
+                background INTEGER NOT NULL,
+                previous_response_id TEXT,
+                conversation_id TEXT,
+                process_id TEXT,
+                cancel_requested INTEGER NOT NULL DEFAULT 0,
+                response BLOB NOT NULL
+            )""",
+            "CREATE INDEX responses_active ON responses (status) WHERE status IN ('queued', 'in_progress')",
+            "CREATE INDEX responses_created ON responses (created_at)",
+            """CREATE TABLE events (
+                response_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                data BLOB NOT NULL,
+                PRIMARY KEY (response_id, seq)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE items (
+                parent TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                id TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                data BLOB NOT NULL,
+                PRIMARY KEY (parent, kind, position)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX items_id ON items (id)",
+            """CREATE TABLE conversations (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                updated_at REAL NOT NULL,
+                metadata BLOB NOT NULL,
+                next_position INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX conversations_updated ON conversations (updated_at)",
+        ),
+    ),
+)
+
+POSTGRES: tuple[Migration, ...] = (
+    (
+        1,
+        (
+            """CREATE TABLE processes (
+                id TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                started_at DOUBLE PRECISION NOT NULL,
+                heartbeat_at DOUBLE PRECISION NOT NULL
+            )""",
+            """CREATE TABLE responses (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                status TEXT NOT NULL,
+                background BOOLEAN NOT NULL,
+                previous_response_id TEXT,
+                conversation_id TEXT,
+                process_id TEXT,
+                cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+                response BYTEA NOT NULL
+            )""",
+            "CREATE INDEX responses_active ON responses (status) WHERE status IN ('queued', 'in_progress')",
+            "CREATE INDEX responses_created ON responses (created_at)",
+            """CREATE TABLE events (
+                response_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                data BYTEA NOT NULL,
+                PRIMARY KEY (response_id, seq)
+            )""",
+            """CREATE TABLE items (
+                parent TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                id TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                data BYTEA NOT NULL,
+                PRIMARY KEY (parent, kind, position)
+            )""",
+            "CREATE INDEX items_id ON items (id)",
+            """CREATE TABLE conversations (
+                id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                metadata BYTEA NOT NULL,
+                next_position INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX conversations_updated ON conversations (updated_at)",
+        ),
+    ),
+)
+
+LATEST = SQLITE[-1][0]
+assert LATEST == POSTGRES[-1][0], "both databases must be at the same schema version"

@@ -1,0 +1,410 @@
+"""The PostgreSQL store (``--store postgresql://…``): several server processes share one database.
+
+Driver: asyncpg (pip ``harmony-responses[postgres]``). It speaks the binary protocol natively and
+pipelines ``executemany``, which is what batched event-log writes need; psycopg 3 would do too, but
+asyncpg needs no connection-pool package beside it. Any query parameter of the URL that asyncpg does not
+know is a server setting, so ``?search_path=myschema`` puts the tables in a schema of your choice.
+
+Time for leases comes from the database (``clock_timestamp()``), so processes on hosts whose clocks
+disagree still agree on whose heartbeat is stale. Migrations run under an advisory lock, so that
+processes starting together do not race to create the tables.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import orjson
+
+from ._base import (
+    ActiveResponse,
+    AppendEvents,
+    AppendItems,
+    ConversationRecord,
+    CreateConversation,
+    InsertResponse,
+    ItemKind,
+    Op,
+    Page,
+    ProcessInfo,
+    Store,
+    StoredResponse,
+    StoreError,
+    UpdateResponse,
+)
+from ._migrations import LATEST, POSTGRES
+
+__all__ = ["PostgresStore"]
+
+# Any constant works; it only has to be the same in every process of this application.
+MIGRATION_LOCK = 0x48524553  # "HRES"
+POOL_MAX = 10
+NOW = "extract(epoch from clock_timestamp())"
+
+_RESPONSE_COLUMNS = (
+    "id, owner, created_at, status, background, previous_response_id, conversation_id, process_id, "
+    "cancel_requested, response"
+)
+
+
+def _response(row: Any) -> StoredResponse:
+    return StoredResponse(
+        id=row[0],
+        owner=row[1],
+        created_at=row[2],
+        status=row[3],
+        background=row[4],
+        previous_response_id=row[5],
+        conversation_id=row[6],
+        process_id=row[7],
+        cancel_requested=row[8],
+        response=bytes(row[9]),
+    )
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for the banner and error messages."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+
+
+class PostgresStore(Store):
+    """A store in the PostgreSQL database at ``url``."""
+
+    kind = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._pool: Any = None
+
+    def describe(self) -> str:
+        return f"postgresql {_redacted(self.url)}"
+
+    async def open(self) -> None:
+        try:
+            import asyncpg
+        except ImportError as exc:  # pragma: no cover - an installation problem
+            raise StoreError("the PostgreSQL store needs asyncpg: pip install 'harmony-responses[postgres]'") from exc
+        try:
+            self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_MAX)
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                    "applied_at DOUBLE PRECISION)"
+                )
+                current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM schema_migrations")
+                if current > LATEST:
+                    raise StoreError(
+                        f"the PostgreSQL store {_redacted(self.url)} has schema version {current}, newer than this "
+                        f"server's {LATEST}: upgrade harmony-responses"
+                    )
+                for version, statements in POSTGRES:
+                    if version > current:
+                        for statement in statements:
+                            await conn.execute(statement)
+                        await conn.execute("INSERT INTO schema_migrations VALUES ($1, $2)", version, time.time())
+        except StoreError:
+            await self.aclose()
+            raise
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            await self.aclose()
+            raise StoreError(f"cannot open the PostgreSQL store {_redacted(self.url)}: {exc}") from exc
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # ------------------------------------------------------------------ writes
+
+    async def write(self, ops: Sequence[Op]) -> None:
+        events: list[tuple[str, int, bytes]] = []
+        async with self._pool.acquire() as conn, conn.transaction():
+            for op in ops:
+                if isinstance(op, AppendEvents):
+                    rid, first = op.response_id, op.first_seq
+                    events.extend([(rid, first + i, data) for i, data in enumerate(op.data)])
+                elif isinstance(op, InsertResponse):
+                    r = op.record
+                    await conn.execute(
+                        f"INSERT INTO responses ({_RESPONSE_COLUMNS}, updated_at) "
+                        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+                        r.id,
+                        r.owner,
+                        r.created_at,
+                        r.status,
+                        r.background,
+                        r.previous_response_id,
+                        r.conversation_id,
+                        r.process_id,
+                        r.cancel_requested,
+                        r.response,
+                        op.updated_at,
+                    )
+                    await self._insert_items(conn, r.id, "input", r.owner, r.created_at, 0, op.input_items)
+                elif isinstance(op, UpdateResponse):
+                    await conn.execute(
+                        "UPDATE responses SET status = $1, response = $2, updated_at = $3, "
+                        "process_id = CASE WHEN $4 THEN NULL ELSE process_id END WHERE id = $5",
+                        op.status,
+                        op.response,
+                        op.updated_at,
+                        op.finished,
+                        op.id,
+                    )
+                elif isinstance(op, AppendItems):
+                    start = 0
+                    if op.kind == "conversation":
+                        # The row lock this UPDATE takes orders concurrent appends to one conversation.
+                        next_position = await conn.fetchval(
+                            f"UPDATE conversations SET next_position = next_position + $1, updated_at = {NOW} "
+                            "WHERE id = $2 RETURNING next_position",
+                            len(op.items),
+                            op.parent,
+                        )
+                        if next_position is None:
+                            continue  # the conversation was deleted meanwhile
+                        start = next_position - len(op.items)
+                    await self._insert_items(conn, op.parent, op.kind, op.owner, op.created_at, start, op.items)
+                elif isinstance(op, CreateConversation):
+                    c = op.record
+                    await conn.execute(
+                        "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
+                        "VALUES ($1,$2,$3,$4,$5,$6)",
+                        c.id,
+                        c.owner,
+                        c.created_at,
+                        op.updated_at,
+                        orjson.dumps(c.metadata),
+                        len(op.items),
+                    )
+                    await self._insert_items(conn, c.id, "conversation", c.owner, c.created_at, 0, op.items)
+                else:  # pragma: no cover - Op is a closed union
+                    raise AssertionError(op)
+            if events:
+                # ON CONFLICT: a batch retried after an ambiguous failure must not fail on what did commit.
+                await conn.executemany(
+                    "INSERT INTO events (response_id, seq, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", events
+                )
+
+    @staticmethod
+    async def _insert_items(
+        conn: Any, parent: str, kind: str, owner: str, created_at: int, start: int, items: Sequence[tuple[str, bytes]]
+    ) -> None:
+        if items:
+            await conn.executemany(
+                "INSERT INTO items (parent, kind, position, id, owner, created_at, data) VALUES ($1,$2,$3,$4,$5,$6,$7)",
+                [
+                    (parent, kind, start + i, item_id, owner, created_at, data)
+                    for i, (item_id, data) in enumerate(items)
+                ],
+            )
+
+    # ------------------------------------------------------------------ processes and recovery
+
+    async def register_process(self, process: ProcessInfo) -> None:
+        await self._pool.execute(
+            f"INSERT INTO processes VALUES ($1, $2, $3, {NOW}, {NOW})", process.id, process.host, process.pid
+        )
+
+    async def heartbeat(self, process_id: str) -> None:
+        await self._pool.execute(f"UPDATE processes SET heartbeat_at = {NOW} WHERE id = $1", process_id)
+
+    async def unregister_process(self, process_id: str) -> None:
+        await self._pool.execute("DELETE FROM processes WHERE id = $1", process_id)
+
+    async def active_responses(self) -> list[ActiveResponse]:
+        rows = await self._pool.fetch(
+            f"SELECT r.id, r.process_id, p.host, p.pid, {NOW} - p.heartbeat_at FROM responses r "
+            "LEFT JOIN processes p ON p.id = r.process_id WHERE r.status IN ('queued', 'in_progress')"
+        )
+        return [ActiveResponse(id=r[0], process_id=r[1], host=r[2], pid=r[3], heartbeat_age=r[4]) for r in rows]
+
+    async def claim(self, response_id: str, *, holder: str | None, new_holder: str) -> bool:
+        status = await self._pool.execute(
+            "UPDATE responses SET process_id = $1 WHERE id = $2 AND process_id IS NOT DISTINCT FROM $3 "
+            "AND status IN ('queued', 'in_progress')",
+            new_holder,
+            response_id,
+            holder,
+        )
+        return status == "UPDATE 1"
+
+    async def forget_processes(self, max_age: float) -> None:
+        await self._pool.execute(
+            f"DELETE FROM processes WHERE {NOW} - heartbeat_at > $1 AND id NOT IN "
+            "(SELECT process_id FROM responses WHERE process_id IS NOT NULL)",
+            max_age,
+        )
+
+    # ------------------------------------------------------------------ responses
+
+    async def get_response(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        row = await self._pool.fetchrow(f"SELECT {_RESPONSE_COLUMNS} FROM responses WHERE id = $1", response_id)
+        if row is None or (owner is not None and row[1] != owner):
+            return None
+        return _response(row)
+
+    async def delete_response(self, response_id: str, owner: str) -> bool:
+        async with self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute("DELETE FROM responses WHERE id = $1 AND owner = $2", response_id, owner)
+            if status != "DELETE 1":
+                return False
+            await conn.execute("DELETE FROM events WHERE response_id = $1", response_id)
+            await conn.execute("DELETE FROM items WHERE parent = $1 AND kind IN ('input', 'output')", response_id)
+            return True
+
+    async def request_cancel(self, response_id: str) -> None:
+        await self._pool.execute("UPDATE responses SET cancel_requested = TRUE WHERE id = $1", response_id)
+
+    async def cancel_requests(self, response_ids: Sequence[str]) -> list[str]:
+        if not response_ids:
+            return []
+        rows = await self._pool.fetch(
+            "SELECT id FROM responses WHERE cancel_requested AND id = ANY($1::text[])", list(response_ids)
+        )
+        return [row[0] for row in rows]
+
+    async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
+        rows = await self._pool.fetch(
+            "SELECT seq, data FROM events WHERE response_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            response_id,
+            after,
+            limit,
+        )
+        return [(row[0], bytes(row[1])) for row in rows]
+
+    async def chain_items(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:
+        rows = await self._pool.fetch(
+            """
+            WITH RECURSIVE chain(id, prev, depth) AS (
+                SELECT id, previous_response_id, 0 FROM responses WHERE id = $1 AND owner = $2
+                UNION ALL
+                SELECT r.id, r.previous_response_id, chain.depth + 1
+                FROM responses r JOIN chain ON r.id = chain.prev WHERE r.owner = $2
+            )
+            SELECT chain.depth, items.data FROM chain
+            LEFT JOIN items ON items.parent = chain.id AND items.kind IN ('input', 'output')
+            ORDER BY chain.depth DESC, items.kind, items.position
+            """,
+            response_id,
+            owner,
+        )
+        if not rows:
+            return None
+        return [orjson.loads(row[1]) for row in rows if row[1] is not None]
+
+    # ------------------------------------------------------------------ items
+
+    async def list_items(
+        self, parent: str, kind: ItemKind, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> Page | None:
+        if after is None:
+            bound = -1 if order == "asc" else 1 << 30
+        else:
+            bound = await self._pool.fetchval(
+                "SELECT position FROM items WHERE parent = $1 AND kind = $2 AND id = $3 ORDER BY position LIMIT 1",
+                parent,
+                kind,
+                after,
+            )
+            if bound is None:
+                return None
+        if order == "asc":
+            sql = "SELECT data FROM items WHERE parent = $1 AND kind = $2 AND position > $3 ORDER BY position LIMIT $4"
+        else:
+            sql = (
+                "SELECT data FROM items WHERE parent = $1 AND kind = $2 AND position < $3 "
+                "ORDER BY position DESC LIMIT $4"
+            )
+        rows = await self._pool.fetch(sql, parent, kind, bound, limit + 1)
+        return Page([orjson.loads(row[0]) for row in rows[:limit]], len(rows) > limit)
+
+    async def all_items(self, parent: str, kind: ItemKind) -> list[dict[str, Any]]:
+        rows = await self._pool.fetch(
+            "SELECT data FROM items WHERE parent = $1 AND kind = $2 ORDER BY position", parent, kind
+        )
+        return [orjson.loads(row[0]) for row in rows]
+
+    async def get_item(self, parent: str, kind: ItemKind, item_id: str) -> dict[str, Any] | None:
+        data = await self._pool.fetchval(
+            "SELECT data FROM items WHERE parent = $1 AND kind = $2 AND id = $3 ORDER BY position LIMIT 1",
+            parent,
+            kind,
+            item_id,
+        )
+        return None if data is None else orjson.loads(data)
+
+    async def delete_item(self, parent: str, kind: ItemKind, item_id: str) -> bool:
+        status = await self._pool.execute(
+            "DELETE FROM items WHERE parent = $1 AND kind = $2 AND id = $3", parent, kind, item_id
+        )
+        return status != "DELETE 0"
+
+    async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
+        data = await self._pool.fetchval(
+            "SELECT data FROM items WHERE id = $1 AND owner = $2 ORDER BY created_at DESC LIMIT 1", item_id, owner
+        )
+        return None if data is None else orjson.loads(data)
+
+    # ------------------------------------------------------------------ conversations
+
+    async def get_conversation(self, conversation_id: str, owner: str) -> ConversationRecord | None:
+        row = await self._pool.fetchrow(
+            "SELECT id, owner, created_at, metadata FROM conversations WHERE id = $1 AND owner = $2",
+            conversation_id,
+            owner,
+        )
+        if row is None:
+            return None
+        return ConversationRecord(id=row[0], owner=row[1], created_at=row[2], metadata=orjson.loads(row[3]))
+
+    async def update_conversation(
+        self, conversation_id: str, owner: str, metadata: dict[str, Any], updated_at: float
+    ) -> ConversationRecord | None:
+        await self._pool.execute(
+            "UPDATE conversations SET metadata = $1, updated_at = $2 WHERE id = $3 AND owner = $4",
+            orjson.dumps(metadata),
+            updated_at,
+            conversation_id,
+            owner,
+        )
+        return await self.get_conversation(conversation_id, owner)
+
+    async def delete_conversation(self, conversation_id: str, owner: str) -> bool:
+        async with self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute(
+                "DELETE FROM conversations WHERE id = $1 AND owner = $2", conversation_id, owner
+            )
+            if status != "DELETE 1":
+                return False
+            await conn.execute("DELETE FROM items WHERE parent = $1 AND kind = 'conversation'", conversation_id)
+            return True
+
+    # ------------------------------------------------------------------ retention
+
+    async def purge(self, before: float) -> int:
+        old = "SELECT id FROM responses WHERE created_at < $1 AND status NOT IN ('queued', 'in_progress')"
+        created_before = int(before)  # created_at is whole seconds (BIGINT)
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"DELETE FROM events WHERE response_id IN ({old})", created_before)
+            await conn.execute(
+                f"DELETE FROM items WHERE kind IN ('input', 'output') AND parent IN ({old})", created_before
+            )
+            responses = await conn.execute(
+                "DELETE FROM responses WHERE created_at < $1 AND status NOT IN ('queued', 'in_progress')",
+                created_before,
+            )
+            await conn.execute(
+                "DELETE FROM items WHERE kind = 'conversation' AND parent IN "
+                "(SELECT id FROM conversations WHERE updated_at < $1)",
+                float(before),
+            )
+            conversations = await conn.execute("DELETE FROM conversations WHERE updated_at < $1", float(before))
+        return int(responses.split()[-1]) + int(conversations.split()[-1])

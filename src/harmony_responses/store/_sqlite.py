@@ -1,0 +1,461 @@
+"""The SQLite store (the default): one file in the data directory, WAL mode, stdlib ``sqlite3`` in threads.
+
+Why threads and not aiosqlite: aiosqlite is the same thing (a thread per connection) behind a queue; two
+small executors say it more plainly. All writes go through one thread with one connection, because
+SQLite has one writer at a time anyway and a single writer never waits on itself; reads use a second
+pool of threads with their own connections, which WAL lets run while a write is in progress. The
+``sqlite3`` module releases the GIL while SQLite works, so a batch insert overlaps the event loop.
+
+``synchronous=NORMAL`` in WAL mode: a commit survives the process being killed (the case recovery
+handles); only an operating-system crash can lose the last commits. ``busy_timeout`` lets several
+processes share one file (each takes the write lock in turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import orjson
+
+from ._base import (
+    ActiveResponse,
+    AppendEvents,
+    AppendItems,
+    ConversationRecord,
+    CreateConversation,
+    InsertResponse,
+    ItemKind,
+    Op,
+    Page,
+    ProcessInfo,
+    Store,
+    StoredResponse,
+    StoreError,
+    UpdateResponse,
+)
+from ._migrations import LATEST, SQLITE
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+DB_FILE = "responses.sqlite3"
+BUSY_TIMEOUT_MS = 10_000
+READ_THREADS = 2
+
+_RESPONSE_COLUMNS = (
+    "id, owner, created_at, status, background, previous_response_id, conversation_id, process_id, "
+    "cancel_requested, response"
+)
+
+
+def _response(row: tuple[Any, ...]) -> StoredResponse:
+    return StoredResponse(
+        id=row[0],
+        owner=row[1],
+        created_at=row[2],
+        status=row[3],
+        background=bool(row[4]),
+        previous_response_id=row[5],
+        conversation_id=row[6],
+        process_id=row[7],
+        cancel_requested=bool(row[8]),
+        response=bytes(row[9]),
+    )
+
+
+class SQLiteStore(Store):
+    """A store in the SQLite file ``path`` (its directory is created on first start)."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._writer: ThreadPoolExecutor | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"sqlite {self.path}"
+
+    # ------------------------------------------------------------------ connections
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; every write says BEGIN and COMMIT itself.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    async def _write_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        assert self._writer is not None, "open() first"
+        return await asyncio.get_running_loop().run_in_executor(self._writer, lambda: fn(self._conn()))
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        assert self._readers is not None, "open() first"
+        return await asyncio.get_running_loop().run_in_executor(self._readers, lambda: fn(self._conn()))
+
+    async def open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the data directory {self.path.parent}: {exc}") from exc
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="store-sqlite-write")
+        self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="store-sqlite-read")
+        try:
+            await self._write_call(self._migrate)
+        except sqlite3.Error as exc:
+            await self.aclose()
+            raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait here and then see it done
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")
+            (current,) = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+            if current > LATEST:
+                raise StoreError(
+                    f"the SQLite store {self.path} has schema version {current}, newer than this server's "
+                    f"{LATEST}: upgrade harmony-responses or use another --data-dir"
+                )
+            for version, statements in SQLITE:
+                if version > current:
+                    for statement in statements:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def aclose(self) -> None:
+        for pool in (self._writer, self._readers):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._writer = self._readers = None
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
+    # ------------------------------------------------------------------ writes
+
+    async def write(self, ops: Sequence[Op]) -> None:
+        await self._write_call(lambda conn: self._write(conn, ops))
+
+    def _write(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            events: list[tuple[str, int, bytes]] = []
+            for op in ops:
+                if isinstance(op, AppendEvents):
+                    rid, first = op.response_id, op.first_seq
+                    events.extend([(rid, first + i, data) for i, data in enumerate(op.data)])
+                elif isinstance(op, InsertResponse):
+                    r = op.record
+                    conn.execute(
+                        f"INSERT INTO responses ({_RESPONSE_COLUMNS}, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            r.id,
+                            r.owner,
+                            r.created_at,
+                            r.status,
+                            r.background,
+                            r.previous_response_id,
+                            r.conversation_id,
+                            r.process_id,
+                            r.cancel_requested,
+                            r.response,
+                            op.updated_at,
+                        ),
+                    )
+                    self._insert_items(conn, r.id, "input", r.owner, r.created_at, 0, op.input_items)
+                elif isinstance(op, UpdateResponse):
+                    conn.execute(
+                        "UPDATE responses SET status = ?, response = ?, updated_at = ?, "
+                        "process_id = CASE WHEN ? THEN NULL ELSE process_id END WHERE id = ?",
+                        (op.status, op.response, op.updated_at, op.finished, op.id),
+                    )
+                elif isinstance(op, AppendItems):
+                    start = 0
+                    if op.kind == "conversation":
+                        row = conn.execute(
+                            "UPDATE conversations SET next_position = next_position + ?, updated_at = ? "
+                            "WHERE id = ? RETURNING next_position",
+                            (len(op.items), time.time(), op.parent),
+                        ).fetchone()
+                        if row is None:
+                            continue  # the conversation was deleted meanwhile
+                        start = row[0] - len(op.items)
+                    self._insert_items(conn, op.parent, op.kind, op.owner, op.created_at, start, op.items)
+                elif isinstance(op, CreateConversation):
+                    c = op.record
+                    conn.execute(
+                        "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
+                        "VALUES (?,?,?,?,?,?)",
+                        (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items)),
+                    )
+                    self._insert_items(conn, c.id, "conversation", c.owner, c.created_at, 0, op.items)
+                else:  # pragma: no cover - Op is a closed union
+                    raise AssertionError(op)
+            if events:
+                # OR IGNORE: a batch retried after an ambiguous failure must not fail on what did commit.
+                conn.executemany("INSERT OR IGNORE INTO events (response_id, seq, data) VALUES (?, ?, ?)", events)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _insert_items(
+        conn: sqlite3.Connection,
+        parent: str,
+        kind: str,
+        owner: str,
+        created_at: int,
+        start: int,
+        items: Sequence[tuple[str, bytes]],
+    ) -> None:
+        if items:
+            conn.executemany(
+                "INSERT INTO items (parent, kind, position, id, owner, created_at, data) VALUES (?,?,?,?,?,?,?)",
+                [
+                    (parent, kind, start + i, item_id, owner, created_at, data)
+                    for i, (item_id, data) in enumerate(items)
+                ],
+            )
+
+    def _transaction(self, conn: sqlite3.Connection, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> int:
+        """Run statements in one write transaction; returns the first statement's row count."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            counts = [conn.execute(sql, params).rowcount for sql, params in statements]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return counts[0]
+
+    # ------------------------------------------------------------------ processes and recovery
+
+    async def register_process(self, process: ProcessInfo) -> None:
+        now = time.time()
+        await self._write_call(
+            lambda conn: self._transaction(
+                conn,
+                [("INSERT INTO processes VALUES (?, ?, ?, ?, ?)", (process.id, process.host, process.pid, now, now))],
+            )
+        )
+
+    async def heartbeat(self, process_id: str) -> None:
+        sql = "UPDATE processes SET heartbeat_at = ? WHERE id = ?"
+        await self._write_call(lambda conn: self._transaction(conn, [(sql, (time.time(), process_id))]))
+
+    async def unregister_process(self, process_id: str) -> None:
+        sql = "DELETE FROM processes WHERE id = ?"
+        await self._write_call(lambda conn: self._transaction(conn, [(sql, (process_id,))]))
+
+    async def active_responses(self) -> list[ActiveResponse]:
+        def query(conn: sqlite3.Connection) -> list[ActiveResponse]:
+            rows = conn.execute(
+                "SELECT r.id, r.process_id, p.host, p.pid, ? - p.heartbeat_at FROM responses r "
+                "LEFT JOIN processes p ON p.id = r.process_id WHERE r.status IN ('queued', 'in_progress')",
+                (time.time(),),
+            ).fetchall()
+            return [ActiveResponse(id=r[0], process_id=r[1], host=r[2], pid=r[3], heartbeat_age=r[4]) for r in rows]
+
+        return await self._read(query)
+
+    async def claim(self, response_id: str, *, holder: str | None, new_holder: str) -> bool:
+        sql = (
+            "UPDATE responses SET process_id = ? WHERE id = ? AND process_id IS ? "
+            "AND status IN ('queued', 'in_progress')"
+        )
+        count = await self._write_call(lambda conn: self._transaction(conn, [(sql, (new_holder, response_id, holder))]))
+        return count == 1
+
+    async def forget_processes(self, max_age: float) -> None:
+        sql = (
+            "DELETE FROM processes WHERE ? - heartbeat_at > ? AND id NOT IN "
+            "(SELECT process_id FROM responses WHERE process_id IS NOT NULL)"
+        )
+        await self._write_call(lambda conn: self._transaction(conn, [(sql, (time.time(), max_age))]))
+
+    # ------------------------------------------------------------------ responses
+
+    async def get_response(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        def query(conn: sqlite3.Connection) -> StoredResponse | None:
+            row = conn.execute(f"SELECT {_RESPONSE_COLUMNS} FROM responses WHERE id = ?", (response_id,)).fetchone()
+            if row is None or (owner is not None and row[1] != owner):
+                return None
+            return _response(row)
+
+        return await self._read(query)
+
+    async def delete_response(self, response_id: str, owner: str) -> bool:
+        statements = [
+            ("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner)),
+            (
+                "DELETE FROM events WHERE response_id = ? AND NOT EXISTS (SELECT 1 FROM responses WHERE id = ?)",
+                (response_id, response_id),
+            ),
+            (
+                "DELETE FROM items WHERE parent = ? AND kind IN ('input', 'output') "
+                "AND NOT EXISTS (SELECT 1 FROM responses WHERE id = ?)",
+                (response_id, response_id),
+            ),
+        ]
+        return await self._write_call(lambda conn: self._transaction(conn, statements)) == 1
+
+    async def request_cancel(self, response_id: str) -> None:
+        sql = "UPDATE responses SET cancel_requested = 1 WHERE id = ?"
+        await self._write_call(lambda conn: self._transaction(conn, [(sql, (response_id,))]))
+
+    async def cancel_requests(self, response_ids: Sequence[str]) -> list[str]:
+        if not response_ids:
+            return []
+        marks = ",".join("?" * len(response_ids))
+        sql = f"SELECT id FROM responses WHERE cancel_requested = 1 AND id IN ({marks})"
+        return await self._read(lambda conn: [row[0] for row in conn.execute(sql, tuple(response_ids))])
+
+    async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
+        sql = "SELECT seq, data FROM events WHERE response_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        return await self._read(lambda conn: [(s, bytes(d)) for s, d in conn.execute(sql, (response_id, after, limit))])
+
+    async def chain_items(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:
+        sql = """
+            WITH RECURSIVE chain(id, prev, depth) AS (
+                SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
+                UNION ALL
+                SELECT r.id, r.previous_response_id, chain.depth + 1
+                FROM responses r JOIN chain ON r.id = chain.prev WHERE r.owner = ?
+            )
+            SELECT chain.depth, items.data FROM chain
+            LEFT JOIN items ON items.parent = chain.id AND items.kind IN ('input', 'output')
+            ORDER BY chain.depth DESC, items.kind, items.position
+        """
+
+        def query(conn: sqlite3.Connection) -> list[dict[str, Any]] | None:
+            rows = conn.execute(sql, (response_id, owner, owner)).fetchall()
+            if not rows:
+                return None
+            return [orjson.loads(data) for _, data in rows if data is not None]
+
+        return await self._read(query)
+
+    # ------------------------------------------------------------------ items
+
+    async def list_items(
+        self, parent: str, kind: ItemKind, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> Page | None:
+        def query(conn: sqlite3.Connection) -> Page | None:
+            if after is None:
+                bound = -1 if order == "asc" else 1 << 62
+            else:
+                row = conn.execute(
+                    "SELECT position FROM items WHERE parent = ? AND kind = ? AND id = ? ORDER BY position LIMIT 1",
+                    (parent, kind, after),
+                ).fetchone()
+                if row is None:
+                    return None
+                bound = row[0]
+            if order == "asc":
+                sql = "SELECT data FROM items WHERE parent = ? AND kind = ? AND position > ? ORDER BY position LIMIT ?"
+            else:
+                sql = (
+                    "SELECT data FROM items WHERE parent = ? AND kind = ? AND position < ? "
+                    "ORDER BY position DESC LIMIT ?"
+                )
+            rows = conn.execute(sql, (parent, kind, bound, limit + 1)).fetchall()
+            return Page([orjson.loads(r[0]) for r in rows[:limit]], len(rows) > limit)
+
+        return await self._read(query)
+
+    async def all_items(self, parent: str, kind: ItemKind) -> list[dict[str, Any]]:
+        sql = "SELECT data FROM items WHERE parent = ? AND kind = ? ORDER BY position"
+        return await self._read(lambda conn: [orjson.loads(r[0]) for r in conn.execute(sql, (parent, kind))])
+
+    async def get_item(self, parent: str, kind: ItemKind, item_id: str) -> dict[str, Any] | None:
+        sql = "SELECT data FROM items WHERE parent = ? AND kind = ? AND id = ? ORDER BY position LIMIT 1"
+        row = await self._read(lambda conn: conn.execute(sql, (parent, kind, item_id)).fetchone())
+        return None if row is None else orjson.loads(row[0])
+
+    async def delete_item(self, parent: str, kind: ItemKind, item_id: str) -> bool:
+        sql = "DELETE FROM items WHERE parent = ? AND kind = ? AND id = ?"
+        return await self._write_call(lambda conn: self._transaction(conn, [(sql, (parent, kind, item_id))])) > 0
+
+    async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
+        sql = "SELECT data FROM items WHERE id = ? AND owner = ? ORDER BY created_at DESC LIMIT 1"
+        row = await self._read(lambda conn: conn.execute(sql, (item_id, owner)).fetchone())
+        return None if row is None else orjson.loads(row[0])
+
+    # ------------------------------------------------------------------ conversations
+
+    async def get_conversation(self, conversation_id: str, owner: str) -> ConversationRecord | None:
+        sql = "SELECT id, owner, created_at, metadata FROM conversations WHERE id = ? AND owner = ?"
+        row = await self._read(lambda conn: conn.execute(sql, (conversation_id, owner)).fetchone())
+        if row is None:
+            return None
+        return ConversationRecord(id=row[0], owner=row[1], created_at=row[2], metadata=orjson.loads(row[3]))
+
+    async def update_conversation(
+        self, conversation_id: str, owner: str, metadata: dict[str, Any], updated_at: float
+    ) -> ConversationRecord | None:
+        sql = "UPDATE conversations SET metadata = ?, updated_at = ? WHERE id = ? AND owner = ?"
+        params = (orjson.dumps(metadata), updated_at, conversation_id, owner)
+        await self._write_call(lambda conn: self._transaction(conn, [(sql, params)]))
+        return await self.get_conversation(conversation_id, owner)
+
+    async def delete_conversation(self, conversation_id: str, owner: str) -> bool:
+        statements = [
+            ("DELETE FROM conversations WHERE id = ? AND owner = ?", (conversation_id, owner)),
+            (
+                "DELETE FROM items WHERE parent = ? AND kind = 'conversation' "
+                "AND NOT EXISTS (SELECT 1 FROM conversations WHERE id = ?)",
+                (conversation_id, conversation_id),
+            ),
+        ]
+        return await self._write_call(lambda conn: self._transaction(conn, statements)) == 1
+
+    # ------------------------------------------------------------------ retention
+
+    async def purge(self, before: float) -> int:
+        old = "SELECT id FROM responses WHERE created_at < ? AND status NOT IN ('queued', 'in_progress')"
+        stale = "SELECT id FROM conversations WHERE updated_at < ?"
+
+        def run(conn: sqlite3.Connection) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(f"DELETE FROM events WHERE response_id IN ({old})", (before,))
+                conn.execute(f"DELETE FROM items WHERE kind IN ('input', 'output') AND parent IN ({old})", (before,))
+                responses = conn.execute(
+                    "DELETE FROM responses WHERE created_at < ? AND status NOT IN ('queued', 'in_progress')", (before,)
+                ).rowcount
+                conn.execute(f"DELETE FROM items WHERE kind = 'conversation' AND parent IN ({stale})", (before,))
+                conversations = conn.execute("DELETE FROM conversations WHERE updated_at < ?", (before,)).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return responses + conversations
+
+        return await self._write_call(run)
