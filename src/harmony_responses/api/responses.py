@@ -28,6 +28,7 @@ from ..engine import Engine, GenerateRequest
 from ..ids import random_id
 from ..render import RenderError, render_request
 from ..tools import ToolSessions
+from ..tools.browser import BrowserSession, WebSearch
 from ..tools.code_interpreter import ContainerNotFound, code_interpreter_session
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
@@ -38,7 +39,7 @@ from .fit import render_to_fit
 from .run import ResponseRun
 from .sealed import ReasoningSealer
 from .state import State
-from .validate import MODEL_HIDDEN_TOOL_TYPES, RequestOptions, validate_request
+from .validate import MODEL_HIDDEN_TOOL_TYPES, WEB_SEARCH_TOOL_TYPES, RequestOptions, validate_request
 
 __all__ = ["Services", "create_response", "model_not_found", "read_json_body"]
 
@@ -103,17 +104,17 @@ async def read_json_body(request: Request, limit: int) -> Any:
         ) from None
 
 
-def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer) -> dict[str, Any]:
+def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search: bool = False) -> dict[str, Any]:
     """The request as the renderer should see it.
 
-    - ``web_search`` tools are dropped: accepted from Codex but not offered to the model until the
-      built-in tools issue (validate.py).
+    - ``web_search`` tools are dropped when the server has no search backend: accepted (Codex sends them
+      with every request) but not offered to the model (validate.py).
     - reasoning items whose ``encrypted_content`` this server sealed get their text back as
       ``reasoning_text`` content (the renderer reads content, not blobs).
     """
     request = dict(body)
     tools = body.get("tools")
-    if tools:
+    if tools and not web_search:
         request["tools"] = [t for t in tools if t.get("type") not in MODEL_HIDDEN_TOOL_TYPES]
     items = body.get("input")
     if isinstance(items, list):
@@ -126,6 +127,30 @@ def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer) -> dict[str, A
             restored.append(item)
         request["input"] = restored
     return request
+
+
+def _browser_session(request: Request, body: Mapping[str, Any]) -> BrowserSession | None:
+    """The response's browser (web search) when the request declares ``web_search`` and the server has a backend.
+
+    Without a backend ``web_search`` stays hidden from the model, and forcing it is refused with a 400 rather
+    than rendered as a call to a tool the model was never given.
+    """
+    web_search: WebSearch | None = getattr(request.app.state, "web_search", None)
+    declared = [t for t in body.get("tools") or () if t.get("type") in WEB_SEARCH_TOOL_TYPES]
+    if web_search is None:
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") in WEB_SEARCH_TOOL_TYPES:
+            raise APIError(
+                f"Invalid value for 'tool_choice.type': '{choice['type']}' cannot be forced: this server has no "
+                "search backend configured (harmony-responses serve --search-dir or --search-backend).",
+                param="tool_choice.type",
+                code="unsupported_value",
+            )
+        return None
+    if not declared:
+        return None
+    include = body.get("include") or ()
+    return web_search.session(declared[0], include_sources="web_search_call.action.sources" in include)
 
 
 def _render(request: dict[str, Any], *, config: Config, python_description: str | None = None) -> Any:
@@ -158,6 +183,7 @@ async def create_response(request: Request) -> ASGIApp:
     if options.model not in config.models:
         raise model_not_found(options.model)
 
+    browser = _browser_session(request, body)
     tool_sessions = ToolSessions()
     containers = request.app.state.containers
     try:
@@ -172,7 +198,9 @@ async def create_response(request: Request) -> ASGIApp:
     # Stored state: previous_response_id / conversation items, item references, ids for the input items.
     state: State = request.app.state.stateful
     prepared = await state.prepare(request, body)
-    model_request = _for_render(prepared.render_body, services.sealer)
+    if browser is not None:
+        tool_sessions.add(browser)
+    model_request = _for_render(prepared.render_body, services.sealer, web_search=browser is not None)
     # Rendering a long conversation takes milliseconds per thousand tokens: keep it off the event loop.
     rendered = await anyio.to_thread.run_sync(
         functools.partial(
@@ -201,6 +229,7 @@ async def create_response(request: Request) -> ASGIApp:
             container_id=code.container.id if code is not None else None,
         ),
         logprobs=options.top_logprobs is not None,
+        citations=browser.cite if browser is not None else None,
         queued=prepared.background,
     )
     translator.receive_prefill(rendered.prefill_ids)

@@ -15,9 +15,10 @@ State parameters are checked for shape here (``background`` needs ``store``; ``c
 ``previous_response_id``) and resolved against the store in ``state.py``.
 Features that belong to later issues are refused with a clear 400 rather than silently ignored:
 ``prompt`` templates, and built-in tools
-the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations are the exception: Codex
-sends ``{"type": "web_search", "external_web_access": false}`` with every request, so they are accepted,
-echoed, and not offered to the model (see ``MODEL_HIDDEN_TOOL_TYPES``).
+the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations (``WEB_SEARCH_TOOL_TYPES``)
+are always accepted: the model gets Harmony's browser when the server has a search backend, and otherwise
+they are echoed and not offered to the model (Codex sends ``{"type": "web_search", "external_web_access":
+false}`` with every request and must not get a 400). ``tool_choice`` may force them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "MODEL_HIDDEN_TOOL_TYPES",
     "REASONING_EFFORTS",
     "RequestOptions",
+    "WEB_SEARCH_TOOL_TYPES",
     "check_metadata",
     "validate_request",
 ]
@@ -55,11 +57,11 @@ INCLUDABLE = (
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
-# Accepted in ``tools`` but neither rendered for the model nor mapped to items until the built-in tools
-# issue lands: Codex declares web_search on every request and must not get a 400 for it.
-MODEL_HIDDEN_TOOL_TYPES = frozenset(
+# Always accepted; offered to the model only when the server has a search backend (responses.py).
+WEB_SEARCH_TOOL_TYPES = frozenset(
     {"web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11"}
 )
+MODEL_HIDDEN_TOOL_TYPES = WEB_SEARCH_TOOL_TYPES  # hidden from the model when no search backend is configured
 # Tool types the API defines that this server cannot run (yet): a clear 400 naming ``tools[i].type``.
 UNSUPPORTED_TOOL_TYPES = frozenset(
     {
@@ -389,7 +391,7 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
             raise APIError(
                 f"Invalid value for '{param}.type': '{kind}' tools are not supported by this server yet "
                 f"(built-in tool execution is not implemented). Supported tool types: "
-                f"{_quote_list(SUPPORTED_TOOL_TYPES)}; web_search tools are accepted but not offered to the model.",
+                f"{_quote_list(SUPPORTED_TOOL_TYPES)}.",
                 param=f"{param}.type",
                 code="unsupported_value",
             )
@@ -477,6 +479,8 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
         for i, tool in enumerate(allowed):
             if not isinstance(tool, dict):
                 raise _invalid_type(f"tool_choice.tools[{i}]", "an object", tool)
+    elif kind in ("web_search_preview", "web_search_preview_2025_03_11"):  # the hosted types the API can force
+        pass  # forced by a prefill (render/_tools.py); responses.py answers 400 when no backend is configured
     elif isinstance(kind, str):
         raise APIError(
             f"Invalid value for 'tool_choice.type': '{kind}' cannot be forced on this server; use 'function' "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,11 @@ class TransformersEngine(Engine):
             )
         self._check_tokenizer()
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cpu":
+            # Leave a core to the event loop: torch's OpenMP workers spin while they wait, and on a small
+            # machine they starved the server's thread (40-100 ms per streamed token on 2 cores, 6 ms
+            # with one core left free).
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
         model = AutoModelForCausalLM.from_pretrained(self.path)
         self.model = model.to(self.device).eval()
         # transformers renamed the KV-cache argument (past_key_values → cache); take whichever it has.

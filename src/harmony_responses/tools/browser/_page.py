@@ -80,7 +80,7 @@ class Page:
     snippets: dict[int, int | None] | None = None
     cite_url: str | None = None
     cite_title: str | None = None
-    _lines: list[str] | None = None
+    _lines: list[str] | None = field(default=None, repr=False, compare=False)  # wrapped once, on first view
 
     def __post_init__(self) -> None:
         if self.cite_url is None and self.snippets is None and self.url:
