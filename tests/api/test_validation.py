@@ -207,7 +207,7 @@ BAD: list[tuple[str, dict[str, Any], int, str | None, str, str]] = [
     ("code interpreter file_ids", {"tools": [{"type": "code_interpreter", "container": {"type": "auto", "file_ids": ["file_1"]}}]}, 400, "tools[0].container.file_ids", "unsupported_value", "Files API"),
     ("code interpreter memory_limit", {"tools": [{"type": "code_interpreter", "container": {"type": "auto", "memory_limit": "2g"}}]}, 400, "tools[0].container.memory_limit", "invalid_value", ""),
     ("code interpreter unknown container", {"tools": [{"type": "code_interpreter", "container": "cntr_nope"}]}, 400, "tools[0].container", "invalid_value", "'cntr_nope' not found"),
-    ("mcp", {"tools": [{"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:1"}]}, 400, "tools[0].type", "unsupported_value", "'mcp'"),
+    ("mcp server_url", {"tools": [{"type": "mcp", "server_label": "x"}]}, 400, "tools[0].server_url", "missing_required_parameter", "'tools[0].server_url'"),
     ("custom tool", {"tools": [{"type": "custom", "name": "x"}]}, 400, "tools[0].type", "unsupported_value", ""),
     ("function name missing", {"tools": [{"type": "function"}]}, 400, "tools[0].name", "missing_required_parameter", ""),
     ("function name pattern", {"tools": [{"type": "function", "name": "get weather"}]}, 400, "tools[0].name", "invalid_value", "does not match pattern"),

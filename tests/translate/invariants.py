@@ -396,9 +396,9 @@ def _check_final_response(events: Sequence[dict[str, Any]], items: list[dict[str
         assert isinstance(response["completed_at"], int)
         assert response["error"] is None and response["incomplete_details"] is None
         # A built-in call whose tool failed is a finished item; only a cut-short one is unfinished.
-        assert all(
-            item.get("status") in ("completed", "failed") or item["type"] in STATUSLESS for item in items
-        ), "completed with unfinished items"
+        assert all(item.get("status") in ("completed", "failed") or item["type"] in STATUSLESS for item in items), (
+            "completed with unfinished items"
+        )
     elif status == "incomplete":
         assert response["completed_at"] is None and response["error"] is None
         assert response["incomplete_details"] == {"reason": "max_output_tokens"}

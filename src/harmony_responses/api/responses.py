@@ -30,6 +30,7 @@ from ..render import RenderError, render_request
 from ..tools import ToolSessions
 from ..tools.browser import BrowserSession, WebSearch
 from ..tools.code_interpreter import ContainerNotFound, code_interpreter_session
+from ..tools.mcp import McpPlan, McpRequestError, prepare_mcp
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
 from .config import Config
@@ -153,6 +154,22 @@ def _browser_session(request: Request, body: Mapping[str, Any]) -> BrowserSessio
     return web_search.session(declared[0], include_sources="web_search_call.action.sources" in include)
 
 
+async def _prepare_mcp(model_request: dict[str, Any], config: Config) -> McpPlan:
+    """The request's MCP servers listed (or their listing reused from the conversation), for render and the loop.
+
+    ``model_request``'s mcp tools get their tools (``_mcp_tools``), which render declares. A server the client
+    may not reach (``--mcp-allowed-hosts``, an unknown ``stdio:NAME``) is a 400; one that is down is not.
+    """
+    items = model_request.get("input")
+    try:
+        plan = await prepare_mcp(model_request.get("tools"), items if isinstance(items, list) else (), config.mcp)
+    except McpRequestError as exc:
+        raise APIError(exc.message, param=exc.param, code=exc.code) from None
+    if plan.tools is not None:
+        model_request["tools"] = plan.tools
+    return plan
+
+
 def _render(request: dict[str, Any], *, config: Config, python_description: str | None = None) -> Any:
     current_date = config.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
     try:
@@ -201,6 +218,9 @@ async def create_response(request: Request) -> ASGIApp:
     if browser is not None:
         tool_sessions.add(browser)
     model_request = _for_render(prepared.render_body, services.sealer, web_search=browser is not None)
+    mcp = await _prepare_mcp(model_request, config)  # lists the MCP servers' tools: the prompt declares them
+    for session in mcp.sessions:
+        tool_sessions.add(session)
     # Rendering a long conversation takes milliseconds per thousand tokens: keep it off the event loop.
     rendered = await anyio.to_thread.run_sync(
         functools.partial(
@@ -211,6 +231,10 @@ async def create_response(request: Request) -> ASGIApp:
             truncation=options.truncation,
         )
     )
+    try:
+        mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
+    except McpRequestError as exc:
+        raise APIError(exc.message, param=exc.param, code=exc.code) from None
     room = config.context_window - len(rendered.token_ids)
     max_tokens = room if options.max_output_tokens is None else min(options.max_output_tokens, room)
 
@@ -251,6 +275,7 @@ async def create_response(request: Request) -> ASGIApp:
         max_output_tokens=options.max_output_tokens,
         max_tool_calls=options.max_tool_calls,
         context_window=config.context_window,
+        prelude=mcp_prelude,
     )
     # Not stored: RunResponse as is; stored: its events logged as they are sent; background: detached.
     return await state.respond(prepared, run, response_id=response_id, created_at=created_at, stream=options.stream)

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..tools.mcp import mcp_tool_problem
 from .errors import APIError
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
 
@@ -65,7 +66,6 @@ MODEL_HIDDEN_TOOL_TYPES = WEB_SEARCH_TOOL_TYPES  # hidden from the model when no
 # Tool types the API defines that this server cannot run (yet): a clear 400 naming ``tools[i].type``.
 UNSUPPORTED_TOOL_TYPES = frozenset(
     {
-        "mcp",
         "file_search",
         "image_generation",
         "computer_use_preview",
@@ -79,7 +79,7 @@ UNSUPPORTED_TOOL_TYPES = frozenset(
         "browser_search",
     }
 )
-SUPPORTED_TOOL_TYPES = ("function", "namespace", *sorted(MODEL_HIDDEN_TOOL_TYPES))
+SUPPORTED_TOOL_TYPES = ("function", "namespace", *sorted(MODEL_HIDDEN_TOOL_TYPES), "mcp")
 
 SUPPORTED_TOOL_TYPES += ("code_interpreter",)
 CODE_INTERPRETER_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
@@ -385,6 +385,10 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
                 names.update((function, f"{namespace}.{function}"))
         elif kind in MODEL_HIDDEN_TOOL_TYPES:
             pass
+        elif kind == "mcp":
+            problem = mcp_tool_problem(tool, param)  # tools/mcp owns the mcp tool's fields
+            if problem is not None:
+                raise APIError(problem.message, param=problem.param, code=problem.code)
         elif kind == "code_interpreter":
             _check_code_interpreter(tool, param)
         elif kind in UNSUPPORTED_TOOL_TYPES:
@@ -481,6 +485,8 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
                 raise _invalid_type(f"tool_choice.tools[{i}]", "an object", tool)
     elif kind in ("web_search_preview", "web_search_preview_2025_03_11"):  # the hosted types the API can force
         pass  # forced by a prefill (render/_tools.py); responses.py answers 400 when no backend is configured
+    elif kind == "mcp":
+        pass  # {type: mcp, server_label, name?}: forced by a prefill; render answers 400 for an undeclared one
     elif isinstance(kind, str):
         raise APIError(
             f"Invalid value for 'tool_choice.type': '{kind}' cannot be forced on this server; use 'function' "

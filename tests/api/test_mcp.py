@@ -1,0 +1,391 @@
+"""Remote MCP end to end: replay-scripted models call a real MCP server through our server and the openai client.
+
+The MCP server is built in the tests with the ``mcp`` SDK (``tests/tools/mcp_server.py``) and runs as its own
+process over streamable HTTP (and SSE, and stdio when configured by name). Every stream passes
+``check_stream`` (protocol invariants, openai validation and its accumulator). What the model reads (the tool
+declarations and the tool messages spliced into the next prompt) is checked on the prompts a recording engine
+receives.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
+from harmony_responses.tokens import EngineEnd, TokenChunk
+from harmony_responses.tools.mcp import McpOptions, StdioServer
+from harmony_responses.vocab import load_encoding
+from tools.mcp_server import HERE as MCP_SERVER_SCRIPT
+from tools.mcp_server import McpServerProcess
+from translate.invariants import check_stream
+
+from .conftest import Serve
+from .helpers import MODEL, openai_client, post, sse_events
+
+THINK = "<|channel|>analysis<|message|>I should use the tool.<|end|><|start|>assistant"
+ADD = THINK + '<|channel|>commentary to=calc.add <|constrain|>json<|message|>{"a": 2, "b": 3}<|call|>'
+FAIL = THINK + '<|channel|>analysis to=calc.fail code<|message|>{"reason": "disk full"}<|call|>'
+NOTE = (
+    THINK + '<|channel|>commentary to=calc.save_note <|constrain|>json<|message|>{"name": "n1", "text": "hi"}<|call|>'
+)
+ANSWER = "<|channel|>final<|message|>Done: 5.<|return|>"
+
+
+def calc(url: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "mcp", "server_label": "calc", "server_url": url, "require_approval": "never", **fields}
+
+
+@pytest.fixture(scope="module")
+def mcp_server() -> Iterator[McpServerProcess]:
+    server = McpServerProcess()
+    yield server
+    server.stop()
+
+
+class Recorder:
+    """A scripted engine that keeps every prompt it was given (decoded)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+        self.prompts: list[str] = []
+        self.engine = MockEngine(self._handle)
+
+    async def _handle(self, request: GenerateRequest) -> EngineStream:
+        encoding = load_encoding()
+        self.prompts.append(encoding.decode(request.prompt_ids))
+        yield TokenChunk(token_ids=encoding.encode(self.lines.pop(0), allowed_special="all"))
+        yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
+
+
+def stream(live: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    response = post(live, {"model": MODEL, "stream": True, **body})
+    assert response.status_code == 200, response.text
+    events = sse_events(response.content)
+    check_stream(events)
+    assert events[-1]["type"] == "response.completed", events[-1]
+    return events
+
+
+def output(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return events[-1]["response"]["output"]
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [item["type"] for item in output(events)]
+
+
+def tool_message(prompt: str, author: str) -> str:
+    """The content of the tool message ``author`` wrote into ``prompt``."""
+    head = f"<|start|>{author} to=assistant<|channel|>"
+    start = prompt.index(head) + len(head)
+    start = prompt.index("<|message|>", start) + len("<|message|>")
+    return prompt[start : prompt.index("<|end|>", start)]
+
+
+# ---------------------------------------------------------------------------------------------- list and call
+
+
+def test_list_tools_then_a_call_with_output(serve: Serve, mcp_server: McpServerProcess) -> None:
+    recorder = Recorder([ADD, ANSWER])
+    live = serve(recorder.engine)
+    events = stream(live, {"input": "What is 2 + 3?", "tools": [calc(mcp_server.url)]})
+    assert kinds(events) == ["mcp_list_tools", "reasoning", "mcp_call", "message"]
+    listing, _, call, _ = output(events)
+    # Every tool Harmony can address (not "bad.name"), with its schema, description and annotations.
+    assert [t["name"] for t in listing["tools"]] == ["add", "weather", "save_note", "fail", "slow"]
+    add = listing["tools"][0]
+    assert add["description"] == "Add two integers." and add["annotations"] == {"readOnlyHint": True}
+    assert add["input_schema"]["properties"]["a"]["type"] == "integer"
+    assert listing["id"].startswith("mcpl_") and "error" not in listing
+    assert call["status"] == "completed" and call["output"] == "5" and call["server_label"] == "calc"
+    assert (call["name"], json.loads(call["arguments"])) == ("add", {"a": 2, "b": 3})
+    # The listing comes before anything the model wrote, with its own events.
+    types = [e["type"] for e in events]
+    assert types[2:6] == [
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.output_item.done",
+    ]
+    assert types.index("response.mcp_call.completed") > types.index("response.mcp_call_arguments.done")
+
+    first, second = recorder.prompts
+    # The server is a system namespace named by its label, its tools declared as TypeScript.
+    assert "## calc\n\nArithmetic, weather and notes for the tests." not in first  # no server_description given
+    assert "namespace calc {" in first and "type add = (_: {" in first and "bad.name" not in first
+    # The call as the model wrote it, the result as the tool message on the call's channel, the assistant's turn.
+    call_text = '<|channel|>commentary to=calc.add <|constrain|>json<|message|>{"a": 2, "b": 3}<|call|>'
+    assert second.endswith(
+        call_text + "<|start|>calc.add to=assistant<|channel|>commentary<|message|>5<|end|><|start|>assistant"
+    )
+
+
+def test_the_openai_client_reads_the_items(serve: Serve, mcp_server: McpServerProcess) -> None:
+    live = serve([ADD, ANSWER])
+    client = openai_client(live)
+    response = client.responses.create(model=MODEL, input="2 + 3?", tools=[calc(mcp_server.url)])  # type: ignore[list-item]
+    listing, _, call, message = response.output
+    assert listing.type == "mcp_list_tools" and [t.name for t in listing.tools][:2] == ["add", "weather"]
+    assert call.type == "mcp_call" and call.output == "5" and call.error is None
+    assert message.type == "message" and response.output_text == "Done: 5."
+    with client.responses.stream(model=MODEL, input="2 + 3?", tools=[calc(mcp_server.url)]) as s:  # type: ignore[list-item]
+        kinds_seen = {event.type for event in s}
+        final = s.get_final_response()
+    assert {"response.mcp_list_tools.completed", "response.mcp_call_arguments.delta"} <= kinds_seen
+    assert final.output[2].type == "mcp_call" and final.output[2].output == "5"  # type: ignore[union-attr]
+
+
+def test_a_tool_that_fails_ends_its_call_failed_and_the_model_is_told(
+    serve: Serve, mcp_server: McpServerProcess
+) -> None:
+    recorder = Recorder([FAIL, ANSWER])
+    live = serve(recorder.engine)
+    events = stream(live, {"input": "Try it.", "tools": [calc(mcp_server.url)]})
+    call = output(events)[2]
+    assert call["status"] == "failed" and "output" not in call
+    assert call["error"] == {
+        "type": "mcp_tool_execution_error",
+        "content": [{"type": "text", "text": "Error executing tool fail"}],
+    }
+    assert "response.mcp_call.failed" in [e["type"] for e in events]
+    told = json.loads(tool_message(recorder.prompts[1], "calc.fail"))
+    assert told == {"error": call["error"]}  # what render writes for this mcp_call when it comes back as history
+
+
+def test_a_call_past_the_timeout_fails_and_the_response_goes_on(serve: Serve, mcp_server: McpServerProcess) -> None:
+    slow = THINK + '<|channel|>analysis to=calc.slow code<|message|>{"seconds": 5}<|call|>'
+    live = serve([slow, ANSWER], mcp=McpOptions(timeout=0.5))
+    events = stream(live, {"input": "Wait.", "tools": [calc(mcp_server.url)]})
+    call = output(events)[2]
+    assert call["status"] == "failed" and call["error"]["type"] == "mcp_protocol_error"
+    assert call["error"]["code"] == -32001 and "timed out" in call["error"]["message"]
+    assert kinds(events)[-1] == "message"
+
+
+def test_bad_arguments_are_refused_without_reaching_the_server(serve: Serve, mcp_server: McpServerProcess) -> None:
+    bad = THINK + "<|channel|>commentary to=calc.add <|constrain|>json<|message|>{not json<|call|>"
+    events = stream(serve([bad, ANSWER]), {"input": "x", "tools": [calc(mcp_server.url)]})
+    error = output(events)[2]["error"]
+    assert error["type"] == "mcp_protocol_error" and error["code"] == -32602 and "not valid JSON" in error["message"]
+
+
+# ---------------------------------------------------------------------------------------------- allowed_tools
+
+
+@pytest.mark.parametrize(
+    ("allowed", "names"),
+    [
+        (["weather", "fail"], ["weather", "fail"]),
+        ({"tool_names": ["add", "save_note"]}, ["add", "save_note"]),
+        ({"read_only": True}, ["add", "weather"]),
+        ({"read_only": False, "tool_names": ["add", "save_note", "fail"]}, ["save_note", "fail"]),
+    ],
+)
+def test_allowed_tools_filters_what_is_listed_declared_and_callable(
+    serve: Serve, mcp_server: McpServerProcess, allowed: Any, names: list[str]
+) -> None:
+    recorder = Recorder([ADD, ANSWER])
+    live = serve(recorder.engine)
+    events = stream(live, {"input": "2 + 3?", "tools": [calc(mcp_server.url, allowed_tools=allowed)]})
+    assert [t["name"] for t in output(events)[0]["tools"]] == names
+    declared = recorder.prompts[0]
+    for name in ["add", "weather", "save_note", "fail", "slow"]:
+        assert (f"type {name} = " in declared) is (name in names)
+    call = output(events)[2]
+    if "add" in names:
+        assert call["status"] == "completed" and call["output"] == "5"
+    else:
+        # The model guessed a tool it was not given: refused here, the server never sees the call.
+        assert call["status"] == "failed" and "not available" in call["error"]["message"]
+
+
+# ---------------------------------------------------------------------------------------------- approvals
+
+
+def test_approval_round_trip_approve(serve: Serve, mcp_server: McpServerProcess) -> None:
+    recorder = Recorder([NOTE, "<|channel|>final<|message|>Saved.<|return|>"])
+    live = serve(recorder.engine)
+    tools = [calc(mcp_server.url, require_approval={"never": {"read_only": True}})]
+    first = stream(live, {"input": "Save a note.", "tools": tools})
+    assert kinds(first) == ["mcp_list_tools", "reasoning", "mcp_approval_request"]
+    request = output(first)[-1]
+    assert request["id"].startswith("mcpr_") and (request["server_label"], request["name"]) == ("calc", "save_note")
+    assert json.loads(request["arguments"]) == {"name": "n1", "text": "hi"}
+    assert [e["type"] for e in first if e.get("item", {}).get("type") == "mcp_approval_request"] == [
+        "response.output_item.added",
+        "response.output_item.done",
+    ]
+    assert not any(e["type"].startswith("response.mcp_call") for e in first)
+
+    # The client approves, resending the history: no new listing (the one in the history is reused).
+    history = [{"role": "user", "content": "Save a note."}, *output(first)]
+    approval = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    second = stream(live, {"input": [*history, approval], "tools": tools})
+    assert kinds(second) == ["mcp_call", "message"]
+    call = output(second)[0]
+    assert call["approval_request_id"] == request["id"] and call["status"] == "completed"
+    assert call["output"] == "Saved note 'n1' (1 in total)." and call["arguments"] == request["arguments"]
+    # The model continued from the call's result: the prompt ends call, result, assistant.
+    prompt = recorder.prompts[1]
+    assert prompt.endswith(
+        '<|start|>assistant to=calc.save_note<|channel|>analysis code<|message|>{"name": "n1", "text": "hi"}<|call|>'
+        "<|start|>calc.save_note to=assistant<|channel|>analysis<|message|>Saved note 'n1' (1 in total).<|end|>"
+        "<|start|>assistant"
+    )
+    assert "namespace calc {" in prompt  # declared from the history's listing
+
+    # The conversation goes on: the approved call is history now (rendered once, as its mcp_call).
+    recorder.lines.append(ANSWER)
+    third = stream(
+        live, {"input": [*history, approval, *output(second), {"role": "user", "content": "Thanks"}], "tools": tools}
+    )
+    assert kinds(third) == ["message"]
+    assert recorder.prompts[2].count("to=calc.save_note") == 1
+
+
+def test_approval_round_trip_deny(serve: Serve, mcp_server: McpServerProcess) -> None:
+    declined = "<|channel|>final<|message|>OK, I did not save it.<|return|>"
+    recorder = Recorder([NOTE, declined])
+    live = serve(recorder.engine)
+    tools = [{"type": "mcp", "server_label": "calc", "server_url": mcp_server.url}]  # default: always
+    first = stream(live, {"input": "Save a note.", "tools": tools})
+    request = output(first)[-1]
+    assert request["type"] == "mcp_approval_request"
+    history = [{"role": "user", "content": "Save a note."}, *output(first)]
+    approval = {
+        "type": "mcp_approval_response",
+        "approval_request_id": request["id"],
+        "approve": False,
+        "reason": "Not now.",
+    }
+    second = stream(live, {"input": [*history, approval], "tools": tools})
+    assert kinds(second) == ["message"]
+    told = tool_message(recorder.prompts[1], "calc.save_note")
+    assert told == "The user declined this call, so it was not run. Reason: Not now."
+    assert recorder.prompts[1].endswith(told + "<|end|><|start|>assistant")
+
+
+def test_an_approval_for_an_undeclared_server_is_a_400(serve: Serve, mcp_server: McpServerProcess) -> None:
+    live = serve([ANSWER])
+    request = {"type": "mcp_approval_request", "id": "mcpr_x", "server_label": "gone", "name": "t", "arguments": "{}"}
+    approval = {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}
+    response = post(live, {"model": MODEL, "input": [request, approval], "tools": [calc(mcp_server.url)]})
+    assert response.status_code == 400
+    assert "needs the MCP server 'gone'" in response.json()["error"]["message"]
+
+
+# ---------------------------------------------------------------------------------------------- listing reuse, failures
+
+
+def test_a_listing_in_the_input_is_reused_not_repeated(serve: Serve) -> None:
+    recorder = Recorder([ANSWER])
+    live = serve(recorder.engine)
+    listing = {
+        "type": "mcp_list_tools",
+        "id": "mcpl_old",
+        "server_label": "calc",
+        "tools": [{"name": "mul", "input_schema": {"type": "object", "properties": {"x": {"type": "number"}}}}],
+    }
+    # The URL is never contacted: nothing listens there, and the response still completes without a failure.
+    events = stream(
+        live, {"input": [listing, {"role": "user", "content": "hi"}], "tools": [calc("http://127.0.0.1:9/mcp")]}
+    )
+    assert kinds(events) == ["message"]
+    assert "type mul = (_: {\nx?: number,\n}) => any;" in recorder.prompts[0]
+
+
+def test_a_server_that_is_down_fails_its_listing_and_the_response_goes_on(serve: Serve) -> None:
+    recorder = Recorder(["<|channel|>final<|message|>The calculator is unavailable.<|return|>"])
+    live = serve(recorder.engine)
+    events = stream(live, {"input": "2 + 3?", "tools": [calc("http://127.0.0.1:9/mcp", server_description="Math.")]})
+    assert kinds(events) == ["mcp_list_tools", "message"]
+    listing = output(events)[0]
+    assert listing["tools"] == [] and listing["error"].startswith("Error retrieving tool list from MCP server: 'calc'.")
+    assert "response.mcp_list_tools.failed" in [e["type"] for e in events]
+    assert "## calc\n\nMath.\n\nThe tools of this MCP server could not be listed" in recorder.prompts[0]
+
+
+def test_headers_reach_the_server(serve: Serve) -> None:
+    guarded = McpServerProcess(key="sesame")
+    try:
+        live = serve([ADD, ANSWER, ANSWER])
+        events = stream(live, {"input": "2 + 3?", "tools": [calc(guarded.url, headers={"X-Api-Key": "sesame"})]})
+        assert output(events)[2]["output"] == "5"
+        events = stream(live, {"input": "2 + 3?", "tools": [calc(guarded.url)]})
+        assert output(events)[0]["error"].endswith("Http status code: 401 (Unauthorized)")
+    finally:
+        guarded.stop()
+
+
+def test_sse_transport_when_the_url_says_so(serve: Serve) -> None:
+    sse = McpServerProcess("sse")
+    try:
+        assert sse.url.endswith("/sse")
+        events = stream(serve([ADD, ANSWER]), {"input": "2 + 3?", "tools": [calc(sse.url)]})
+        assert output(events)[2]["output"] == "5"
+    finally:
+        sse.stop()
+
+
+# ---------------------------------------------------------------------------------------------- operator settings
+
+
+def test_stdio_server_configured_by_name(serve: Serve) -> None:
+    local = StdioServer(name="local-calc", command=sys.executable, args=(str(MCP_SERVER_SCRIPT), "stdio"))
+    recorder = Recorder([ADD, ANSWER])
+    live = serve(recorder.engine, mcp=McpOptions(servers=(local,)))
+    events = stream(live, {"input": "2 + 3?", "tools": [calc("stdio:local-calc")]})
+    assert kinds(events) == ["mcp_list_tools", "reasoning", "mcp_call", "message"]
+    assert output(events)[2]["output"] == "5"
+
+
+@pytest.mark.parametrize(
+    ("options", "url", "fragment"),
+    [
+        (McpOptions(allowed_hosts=("mcp.example.com",)), "http://127.0.0.1:9/mcp", "host '127.0.0.1' is not among"),
+        (McpOptions(allowed_hosts=("*.example.com",)), "https://example.com/mcp", "host 'example.com' is not among"),
+        (McpOptions(), "stdio:nope", "no MCP server named 'nope' is configured"),
+        (McpOptions(), "file:///etc/passwd", "over http or https"),
+    ],
+)
+def test_servers_the_client_may_not_reach_are_a_400(serve: Serve, options: McpOptions, url: str, fragment: str) -> None:
+    live = serve([ANSWER], mcp=options)
+    response = post(live, {"model": MODEL, "input": "x", "tools": [calc(url)]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "tools[0].server_url" and fragment in error["message"]
+
+
+def test_allowed_hosts_let_the_named_host_through(serve: Serve, mcp_server: McpServerProcess) -> None:
+    live = serve([ADD, ANSWER], mcp=McpOptions(allowed_hosts=(f"127.0.0.1:{mcp_server.port}",)))
+    events = stream(live, {"input": "2 + 3?", "tools": [calc(mcp_server.url)]})
+    assert output(events)[2]["output"] == "5"
+
+
+APPROVAL = "tools[0].require_approval"
+
+
+@pytest.mark.parametrize(
+    ("tool", "param", "code"),
+    [
+        ({"type": "mcp", "server_url": "http://x"}, "tools[0].server_label", "missing_required_parameter"),
+        ({"type": "mcp", "server_label": "a b", "server_url": "http://x"}, "tools[0].server_label", "invalid_value"),
+        ({"type": "mcp", "server_label": "a", "connector_id": "gmail"}, "tools[0].connector_id", "invalid_value"),
+        ({"type": "mcp", "server_label": "a", "server_url": 3}, "tools[0].server_url", "invalid_type"),
+        (calc("http://x", headers={"k": 1}), "tools[0].headers.k", "invalid_type"),
+        (calc("http://x", allowed_tools="add"), "tools[0].allowed_tools", "invalid_type"),
+        (calc("http://x", allowed_tools={"read_only": "yes"}), "tools[0].allowed_tools.read_only", "invalid_type"),
+        (calc("http://x", require_approval="sometimes"), "tools[0].require_approval", "invalid_value"),
+        (calc("x", require_approval={"never": {"tool_names": "x"}}), f"{APPROVAL}.never.tool_names", "invalid_type"),
+    ],
+)  # fmt: skip
+def test_mcp_tool_validation(shared_server: Any, tool: dict[str, Any], param: str, code: str) -> None:
+    response = post(shared_server, {"model": MODEL, "input": "x", "tools": [tool]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == (param, code)
