@@ -253,8 +253,10 @@ class Sandbox:
         self._reply: asyncio.StreamReader | None = None
         self._output: _Output | None = None
         self._output_transport: asyncio.ReadTransport | None = None
+        self._reply_transport: asyncio.ReadTransport | None = None
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self.dead = False
+        self.uid: int | None = None  # the unprivileged uid it runs as (root servers only)
 
     @property
     def started(self) -> bool:
@@ -273,7 +275,7 @@ class Sandbox:
         child_fds = (cmd_r, reply_w, out_w)
         uid = gid = None
         if os.geteuid() == 0:
-            uid = gid = UID_BASE + next(_uids) % UID_COUNT
+            uid = gid = self.uid = UID_BASE + next(_uids) % UID_COUNT
             nproc = self.limits.processes + 3  # + bwrap's own two processes and the driver
         else:
             nproc = _count_processes(os.geteuid()) + self.limits.processes + 3
@@ -312,7 +314,7 @@ class Sandbox:
                 os.close(fd)
         self._cmd, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(cmd_w, "wb", buffering=0))
         self._reply = asyncio.StreamReader(limit=1 << 20)
-        await loop.connect_read_pipe(
+        self._reply_transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(self._reply), os.fdopen(reply_r, "rb", buffering=0)
         )
         self._output = _Output(self.limits.output_bytes)
@@ -325,6 +327,7 @@ class Sandbox:
         if self._process is None:
             await self.start()
         assert self._cmd is not None and self._reply is not None and self._output is not None
+        process = self._process
         limits = self.limits
         output = self._output
         # Output printed between calls (by a background thread, say) is shown with the next call's, as a
@@ -343,10 +346,13 @@ class Sandbox:
             await self.kill()
         except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
             status = "crashed"
-            # Let the pipes drain what the dying process wrote (its last words are the traceback).
+            # Let the pipes drain what the dying process wrote (its last words are the traceback), and bwrap
+            # pass on its exit status, before killing what is left.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1):
                     await output.closed
+                    if process is not None:
+                        await process.wait()
             await self.kill()
         else:
             # The reply follows the cell's flushed output, but the two pipes are read independently: give
@@ -354,7 +360,7 @@ class Sandbox:
             await asyncio.sleep(0)
             await asyncio.sleep(0.01)
         data, dropped = output.take()
-        exit_code = self._process.returncode if self._process is not None else None
+        exit_code = process.returncode if process is not None and status == "crashed" else None
         return CellResult(
             status=status,
             output=data.decode("utf-8", errors="replace"),
@@ -366,10 +372,10 @@ class Sandbox:
         """Kill the sandbox and everything in it (idempotent)."""
         self.dead = True
         process, self._process = self._process, None
-        for transport in (self._cmd, self._output_transport):
+        for transport in (self._cmd, self._output_transport, self._reply_transport):
             if transport is not None:
                 transport.close()
-        self._cmd = self._output_transport = None
+        self._cmd = self._output_transport = self._reply_transport = None
         if process is not None:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,426 @@
+"""The code interpreter's sandbox, attacked: each escape attempt is contained and reported, and the suite lives on.
+
+Every test drives a real bubblewrap sandbox (``Sandbox``) with small limits. The code runs as the model's
+would: through the REPL driver, one cell per ``run``. The host side is checked too: no process of the
+sandbox survives it, and the test process's files, environment and sockets stay out of reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harmony_responses.tools import ToolCall
+from harmony_responses.tools.code_interpreter import (
+    ContainerManager,
+    Sandbox,
+    SandboxLimits,
+    probe_sandbox,
+)
+from harmony_responses.tools.code_interpreter import _sandbox as sandbox_module
+from harmony_responses.translate import ItemKind
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITS = SandboxLimits(
+    wall_seconds=1,
+    cpu_seconds=2,
+    total_cpu_seconds=30,
+    memory_bytes=512 * 1024 * 1024,
+    processes=16,
+    output_bytes=4096,
+    disk_bytes=8 * 1024 * 1024,
+    file_bytes=4 * 1024 * 1024,
+    grace_seconds=1,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sandbox_works() -> None:
+    # Not a skip: a server that cannot isolate code must be noticed, not quietly untested (scripts/install
+    # installs bubblewrap; the kernel must allow unprivileged user namespaces).
+    problem = probe_sandbox()
+    assert problem is None, f"the sandbox cannot run here: {problem}"
+
+
+def run_cells(*cells: str, limits: SandboxLimits = LIMITS, check: Callable[[Sandbox], Any] | None = None) -> list[Any]:
+    """Run cells in one fresh sandbox; returns their results (and kills the sandbox)."""
+
+    async def main() -> list[Any]:
+        sandbox = Sandbox(limits=limits)
+        try:
+            results = [await sandbox.run(cell) for cell in cells]
+            if check is not None:
+                result = check(sandbox)
+                if isinstance(result, Awaitable):
+                    await result
+            return results
+        finally:
+            await sandbox.kill()
+
+    return asyncio.run(main())
+
+
+def _uid_processes(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+# ------------------------------------------------------------------------------------------ basics
+
+
+def test_state_persists_across_cells_like_a_notebook() -> None:
+    first, second, third = run_cells(
+        "x = 6 * 7\nimport math",
+        "print(x)\nmath.sqrt(x * x)",
+        "open('note.txt', 'w').write('hi')\nopen('/mnt/data/note.txt').read()",
+    )
+    assert first.status == "ok" and first.output == ""
+    assert second.status == "ok" and second.output == "42\n42.0\n"
+    assert third.status == "ok" and third.output == "'hi'\n"
+
+
+def test_errors_in_user_code_are_tracebacks_and_the_repl_goes_on() -> None:
+    error, syntax, after = run_cells("def f():\n    return 1 / 0\nf()", "def (:", "print('still here')")
+    assert error.status == "error"
+    assert "ZeroDivisionError: division by zero" in error.output and 'File "<cell 1>", line 2, in f' in error.output
+    assert "return 1 / 0" in error.output  # the cell's source line is shown
+    assert "_driver" not in error.output and "exec(" not in error.output  # the driver's own frames are left out
+    assert syntax.status == "error" and "SyntaxError" in syntax.output
+    assert after.status == "ok" and after.output == "still here\n"
+
+
+def test_exit_and_a_crash_of_the_interpreter() -> None:
+    exited, crashed, fresh = run_cells("exit(3)", "import os\nx = 1\nos._exit(7)", "print('x' in dir())")
+    assert exited.status == "error" and "SystemExit: 3" in exited.output
+    assert crashed.status == "crashed" and crashed.exit_code == 7
+    assert fresh.status == "ok" and fresh.output == "False\n"  # a new sandbox: the old state is gone
+
+
+# ------------------------------------------------------------------------------------------ the host's files
+
+
+def test_the_servers_files_are_not_there() -> None:
+    paths = [str(REPO), str(REPO / "pyproject.toml"), "/work", "/root", "/home", "/etc/passwd", "/etc/shadow", "/var"]
+    code = (
+        "import os\n"
+        f"paths = {paths!r}\n"
+        "print([p for p in paths if os.path.exists(p)])\n"
+        "print(sorted(os.listdir('/')))\n"
+        "print(sorted(os.listdir('/etc')))\n"
+    )
+    (result,) = run_cells(code)
+    assert result.status == "ok", result.output
+    present, root, etc = result.output.splitlines()
+    assert present == "[]"
+    assert set(eval(root)) <= {
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "mnt",
+        "proc",
+        "sbin",
+        "tmp",
+        "usr",
+    }
+    assert set(eval(etc)) <= {"alternatives", "ld.so.cache", "localtime", "mime.types", "python3"}
+
+
+def test_the_runtime_is_read_only_and_the_work_dir_is_private_and_capped() -> None:
+    readonly, full, big = run_cells(
+        "open('/usr/evil', 'w')",
+        "for i in range(8):\n    with open(f'/mnt/data/fill{i}', 'wb') as f:\n        f.write(bytes(3 * 1024 * 1024))",
+        "with open('/tmp/big', 'wb') as f:\n    f.write(bytes(6 * 1024 * 1024))",
+    )
+    assert readonly.status == "error" and "Read-only file system" in readonly.output
+    assert full.status == "error" and "No space left on device" in full.output  # /mnt/data: an 8 MiB tmpfs
+    assert big.status == "error" and "File too large" in big.output  # RLIMIT_FSIZE: 4 MiB
+
+
+def test_no_other_process_of_the_host_is_visible() -> None:
+    (result,) = run_cells("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    pids = eval(result.output)
+    assert len(pids) <= 3 and os.getpid() not in pids  # bwrap's init, the driver (and the listing itself)
+
+
+# ------------------------------------------------------------------------------------------ the environment
+
+
+def test_the_servers_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARMONY_TEST_SECRET", "s3cret-value-1234")
+    code = (
+        "import os, glob\n"
+        "print(sorted(os.environ))\n"
+        "found = []\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        if b's3cret-value-1234' in open(path, 'rb').read(): found.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(found)\n"
+    )
+    (result,) = run_cells(code)
+    names, found = result.output.splitlines()
+    assert "s3cret" not in result.output
+    assert set(eval(names)) <= {"PATH", "HOME", "LANG", "MPLBACKEND", "PYTHONDONTWRITEBYTECODE", "PWD", "LC_CTYPE"}
+    assert found == "[]"
+
+
+# ------------------------------------------------------------------------------------------ the network
+
+
+def test_no_network_not_even_the_hosts_loopback() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        code = (
+            "import socket\n"
+            f"for target in [('127.0.0.1', {port}), ('1.1.1.1', 53)]:\n"
+            "    try:\n"
+            "        socket.create_connection(target, timeout=1)\n"
+            "        print('connected', target)\n"
+            "    except OSError as exc:\n"
+            "        print('refused', type(exc).__name__)\n"
+            "try:\n"
+            "    socket.getaddrinfo('example.com', 80)\n"
+            "    print('resolved')\n"
+            "except OSError as exc:\n"
+            "    print('no dns')\n"
+        )
+        (result,) = run_cells(code)
+        # A connection that reached the host's socket would wait in its backlog, accepted or not.
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+    assert "connected" not in result.output and "resolved" not in result.output, result.output
+    assert result.output.count("refused") == 2 and "no dns" in result.output
+
+
+# ------------------------------------------------------------------------------------------ resource bombs
+
+
+def test_fork_bomb_is_capped_and_leaves_nothing_behind() -> None:
+    seen: dict[str, Any] = {}
+
+    def during(sandbox: Sandbox) -> None:
+        assert sandbox.uid is not None or os.geteuid() != 0
+        if sandbox.uid is not None:
+            seen["uid"] = sandbox.uid
+            seen["count"] = len(_uid_processes(sandbox.uid))
+
+    bomb = (
+        "import os, time\n"
+        "children = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30)\n"
+        "            os._exit(0)\n"
+        "        children += 1\n"
+        "except OSError as exc:\n"
+        "    print('stopped after', children, type(exc).__name__)\n"
+    )
+    result, after = run_cells(bomb, "print('alive')", check=during)
+    assert result.status == "ok" and "stopped after" in result.output, result.output
+    assert int(result.output.split()[2]) <= LIMITS.processes
+    assert after.output == "alive\n"
+    if "uid" in seen:
+        assert seen["count"] <= LIMITS.processes + 3
+        deadline = time.monotonic() + 5
+        while _uid_processes(seen["uid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _uid_processes(seen["uid"]) == [], "processes of the sandbox outlived it"
+
+
+def test_threads_count_as_processes() -> None:
+    code = (
+        "import threading, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    for _ in range(1000):\n"
+        "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
+        "        n += 1\n"
+        "except RuntimeError as exc:\n"
+        "    print('stopped after', n)\n"
+    )
+    (result,) = run_cells(code)
+    assert "stopped after" in result.output and int(result.output.split()[2]) < LIMITS.processes
+
+
+def test_memory_bomb_is_a_memory_error_and_the_state_survives() -> None:
+    results = run_cells(
+        "keep = 'me'",
+        "blob = bytearray(2 * 1024 ** 3)",
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))",
+        "del chunks\nprint(keep)",
+        limits=dataclasses.replace(LIMITS, wall_seconds=20),  # filling 512 MiB takes a moment
+    )
+    assert [r.status for r in results] == ["ok", "error", "error", "ok"]
+    assert "MemoryError" in results[1].output and "MemoryError" in results[2].output
+    assert results[3].output == "me\n"
+
+
+def test_endless_loop_is_interrupted_and_the_state_survives() -> None:
+    started = time.monotonic()
+    results = run_cells("x = 1", "while True:\n    x += 1", "print(x > 1)")
+    assert [r.status for r in results] == ["ok", "timeout", "ok"]
+    assert results[2].output == "True\n"
+    assert time.monotonic() - started < LIMITS.wall_seconds + 5
+
+
+def test_cpu_time_is_capped() -> None:
+    limits = dataclasses.replace(LIMITS, wall_seconds=30, cpu_seconds=1, grace_seconds=1)
+    (result,) = run_cells("while True:\n    pass", limits=limits)
+    assert result.status == "cpu"
+
+
+def test_code_that_ignores_the_interruption_is_killed_and_the_next_call_starts_fresh() -> None:
+    started = time.monotonic()
+    results = run_cells(
+        "x = 1",
+        "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass",
+        "print('x' in dir())",
+    )
+    assert [r.status for r in results] == ["ok", "killed", "ok"]
+    assert results[2].output == "False\n"
+    assert time.monotonic() - started < LIMITS.wall_seconds + LIMITS.grace_seconds + 5
+
+
+def test_blocking_in_c_code_is_killed_too() -> None:
+    # A sleep that swallows the alarm: the driver cannot interrupt it, the host deadline does.
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(60)"
+    (result,) = run_cells(code)
+    assert result.status == "killed"
+
+
+def test_huge_output_is_truncated_with_the_count_of_what_was_dropped() -> None:
+    direct, subprocess_output, after = run_cells(
+        "print('a' * 10_000_000)",
+        "import os\nos.system('yes | head -c 5000000')",
+        "print('small')",
+    )
+    assert direct.status == "ok" and len(direct.output) == LIMITS.output_bytes
+    assert direct.dropped_bytes == 10_000_001 - LIMITS.output_bytes
+    assert len(subprocess_output.output) <= LIMITS.output_bytes and subprocess_output.dropped_bytes > 0
+    assert after.output == "small\n" and after.dropped_bytes == 0
+
+
+def test_user_code_cannot_talk_to_the_host_over_the_drivers_pipes() -> None:
+    # The command and reply pipes are close-on-exec: a subprocess cannot forge a reply.
+    code = "import subprocess\nprint(subprocess.run(['ls', '/proc/self/fd'], capture_output=True).stdout.split())"
+    (result,) = run_cells(code)
+    assert sorted(eval(result.output)) == [b"0", b"1", b"2", b"3"]  # stdin, stdout, stderr, and ls's own listing
+
+
+# ------------------------------------------------------------------------------------------ the tool session
+
+
+def _call(code: str) -> ToolCall:
+    return ToolCall(
+        kind=ItemKind.CODE_INTERPRETER,
+        item_id="ci_1",
+        name="python",
+        namespace=None,
+        arguments=code,
+        channel="analysis",
+    )
+
+
+def test_session_results_say_what_happened() -> None:
+    async def main() -> list[Any]:
+        manager = ContainerManager(limits=LIMITS)
+        manager.start()
+        session = manager.session(manager.create(), include_outputs=True)
+        try:
+            return [
+                await session.call(_call(code))
+                for code in ("print(6 * 7)", "x = 1", "1 / 0", "while True:\n    pass", "print('a' * 5000)")
+            ]
+        finally:
+            await manager.aclose()
+
+    ok, quiet, error, timeout, long = asyncio.run(main())
+    assert ok.text == "42\n" and ok.error is None and ok.outputs == [{"type": "logs", "logs": "42\n"}]
+    assert quiet.text == "[no output]" and quiet.error is None
+    assert "ZeroDivisionError" in error.text and error.error is None  # user errors are results, not failures
+    assert timeout.error is not None and "time limit" in timeout.text and "[ERROR]" in timeout.text
+    assert "output truncated: 905 more bytes" in long.text and long.error is None
+
+
+def test_without_bubblewrap_code_is_refused_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sandbox_module, "_bwrap_path", lambda: None)
+    monkeypatch.setattr(sandbox_module, "_probed", {})
+
+    async def main() -> Any:
+        manager = ContainerManager(limits=LIMITS)
+        manager.start()
+        try:
+            return await manager.session(manager.create(), include_outputs=False).call(_call("print(1)"))
+        finally:
+            await manager.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="harmony_responses.tools.code_interpreter"):
+        result = asyncio.run(main())
+    assert result.error is not None and "bubblewrap" in result.text and result.outputs is None
+    assert any("code interpreter disabled" in r.getMessage() for r in caplog.records)
+
+
+def test_the_unsafe_opt_out_runs_code_without_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox_module, "_bwrap_path", lambda: None)
+
+    async def main() -> list[Any]:
+        sandbox = Sandbox(limits=LIMITS, unsafe=True)
+        try:
+            return [await sandbox.run("import os\nprint(os.path.basename(os.getcwd())[:13])"), await sandbox.run("1")]
+        finally:
+            await sandbox.kill()
+
+    cwd, one = asyncio.run(main())
+    assert cwd.output == "harmony-code-\n" and one.output == "1\n"
+
+
+def test_containers_expire_when_idle_and_the_oldest_make_room() -> None:
+    async def main() -> None:
+        manager = ContainerManager(limits=LIMITS, idle_seconds=0.3, max_running=2)
+        manager.start()
+        try:
+            a, b, c = manager.create(), manager.create(), manager.create()
+            for container in (a, b):
+                assert (await container.run("x = 1")).status == "ok"
+            assert a.running and b.running
+            assert (await c.run("x = 1")).status == "ok"  # a third sandbox: the least recently used one goes
+            assert not a.running and a.expired and manager.get(a.id) is None
+            assert b.running and c.running
+            await asyncio.sleep(0.6)  # idle past idle_seconds: the timers expire both
+            assert not b.running and not c.running
+            assert manager.get(b.id) is None and manager.get(c.id) is None
+            session = manager.session(c, include_outputs=False)
+            expired = await session.call(_call("print(1)"))
+            assert expired.error is not None and "expired" in expired.text
+        finally:
+            await manager.aclose()
+
+    asyncio.run(main())
