@@ -519,6 +519,7 @@ class HTTPEngine(Engine):
         response: httpx.Response | None = None
         watchdog = _Watchdog(self.options.first_token_timeout, self.options.stall_timeout)
         loop_time = watchdog.loop.time
+        current_task = asyncio.current_task
         try:
             try:
                 with map_errors(label):
@@ -547,6 +548,9 @@ class HTTPEngine(Engine):
                         lines = response.aiter_lines()
                         while True:
                             watchdog.reading = loop_time()
+                            # The server may read the first item in the request's task and the rest in a
+                            # pump task of its own: the watchdog cancels whichever task is waiting now.
+                            watchdog.task = current_task()  # type: ignore[assignment]
                             try:
                                 line = await anext(lines)
                             except StopAsyncIteration:
