@@ -388,18 +388,30 @@ def test_without_bubblewrap_code_is_refused_with_the_reason(
     assert any("code interpreter disabled" in r.getMessage() for r in caplog.records)
 
 
-def test_the_unsafe_opt_out_runs_code_without_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox_module, "_bwrap_path", lambda: None)
+def test_the_unsafe_opt_out_runs_code_without_bubblewrap_only_when_it_is_missing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    code = "import os\nprint(os.path.basename(os.getcwd())[:13])"
 
-    async def main() -> list[Any]:
-        sandbox = Sandbox(limits=LIMITS, unsafe=True)
+    async def main() -> tuple[Any, str]:
+        manager = ContainerManager(limits=LIMITS, unsafe=True)
+        manager.start()
         try:
-            return [await sandbox.run("import os\nprint(os.path.basename(os.getcwd())[:13])"), await sandbox.run("1")]
+            result = await manager.session(manager.create(), include_outputs=False).call(_call(code))
+            return result, manager.description()
         finally:
-            await sandbox.kill()
+            await manager.aclose()
 
-    cwd, one = asyncio.run(main())
-    assert cwd.output == "harmony-code-\n" and one.output == "1\n"
+    sandboxed, description = asyncio.run(main())
+    assert sandboxed.text == "data\n" and "/mnt/data" in description  # bwrap works: the flag changes nothing
+
+    monkeypatch.setattr(sandbox_module, "_bwrap_path", lambda: None)
+    monkeypatch.setattr(sandbox_module, "_probed", {})
+    with caplog.at_level(logging.WARNING, logger="harmony_responses.tools.code_interpreter"):
+        unsafe, description = asyncio.run(main())
+    assert unsafe.text == "harmony-code-\n" and unsafe.error is None
+    assert "current working directory" in description
+    assert any("WITHOUT a sandbox" in r.getMessage() for r in caplog.records)
 
 
 def test_containers_expire_when_idle_and_the_oldest_make_room() -> None:

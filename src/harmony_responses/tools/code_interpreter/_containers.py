@@ -110,7 +110,8 @@ class ContainerManager:
     Args:
         limits: the sandbox limits (per call and per container).
         python: the interpreter to run inside the sandbox (a path under /usr, or a name found there).
-        unsafe: run code without bwrap (the operator's explicit opt-out; see ``_sandbox``).
+        unsafe: when bwrap does not work here, run code without it (the operator's explicit opt-out; see
+            ``_sandbox``) instead of refusing.
         idle_seconds: a container expires after this long without a call.
         max_running: sandboxes alive at once.
         max_containers: containers known at once (the oldest idle ones expire first).
@@ -144,39 +145,45 @@ class ContainerManager:
     def start(self) -> None:
         """Probe the sandbox in the background (app startup); the first call waits for the answer.
 
-        Logs a warning when code cannot run (or runs without isolation).
+        Logs a warning when code cannot run, or will run without isolation (``unsafe``).
         """
-        if self.unsafe:
-            logger.warning(
-                "code interpreter: running code WITHOUT a sandbox (--unsafe-code-interpreter): model-written code "
-                "can read the server's files and reach the network"
-            )
-            return
         if self._probe is None:
             self._probe = asyncio.get_running_loop().create_task(self._run_probe())
 
     async def _run_probe(self) -> None:
         self.unavailable = await anyio.to_thread.run_sync(probe_sandbox, self.python)
-        if self.unavailable is not None:
+        if self.unavailable is None:
+            return
+        if self.unsafe:
             logger.warning(
-                "code interpreter disabled: %s. Calls to it will fail with this reason; install bubblewrap "
+                "code interpreter: %s; running code WITHOUT a sandbox (--unsafe-code-interpreter): model-written "
+                "code can read what the server's user can read and reach the network",
+                self.unavailable,
+            )
+        else:
+            logger.warning(
+                "code interpreter disabled: %s. Calls to it will fail with this reason; install bubblewrap, "
                 "or start the server with --unsafe-code-interpreter to run code without isolation.",
                 self.unavailable,
             )
 
+    @property
+    def runs_unsafe(self) -> bool:
+        """Code runs without bwrap: the operator opted out and bwrap does not work here."""
+        return self.unsafe and self.unavailable is not None
+
     async def new_sandbox(self) -> Sandbox:
-        """A sandbox (not started yet).
+        """A sandbox (not started yet): bwrap when it works here, else unsafe if the operator opted out.
 
         Raises:
-            SandboxUnavailable: sandboxing does not work here (the probe said why).
+            SandboxUnavailable: sandboxing does not work here (the probe said why) and there is no opt-out.
         """
-        if not self.unsafe:
-            self.start()
-            assert self._probe is not None
-            await asyncio.shield(self._probe)
-        if self.unavailable is not None:
+        self.start()
+        assert self._probe is not None
+        await asyncio.shield(self._probe)
+        if self.unavailable is not None and not self.unsafe:
             raise SandboxUnavailable(self.unavailable)
-        return Sandbox(limits=self.limits, python=self.python, unsafe=self.unsafe)
+        return Sandbox(limits=self.limits, python=self.python, unsafe=self.runs_unsafe)
 
     def create(self) -> Container:
         """A new container (no process until its first call)."""
@@ -241,7 +248,7 @@ class ContainerManager:
         """The ``python`` namespace description the model reads: what this sandbox really does."""
         limits = self.limits
         wall = f"{limits.wall_seconds:g}"
-        if self.unsafe:
+        if self.runs_unsafe:
             where = "The current working directory can be used to save and persist files."
             network = "Internet access is not guaranteed."
         else:
