@@ -41,6 +41,7 @@ Two things the translator does not know are added here, on the way out:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -71,6 +72,8 @@ _START, _CHANNEL, _MESSAGE, _END, _RETURN, _CALL = 200006, 200005, 200008, 20000
 _AFTER_CALL = frozenset({_START, _CHANNEL, _END, _RETURN, _CALL})
 # Past max_tool_calls, the model is told once; a further call ends the response (module docstring).
 MAX_REFUSED_CALLS = 1
+# How long to wait for an engine's EngineEnd after it stopped on <|call|> (it is due at once).
+SETTLE_SECONDS = 5.0
 
 
 class _Empty:
@@ -249,20 +252,17 @@ class ResponseRun:
         """
         if self._stream is not None and not self._usage_seen and self._generated[-1:] == [_CALL]:
             try:
-                end = await anext(self._stream)
-            except Exception:  # StopAsyncIteration or a broken engine: the call itself is complete
+                async with asyncio.timeout(SETTLE_SECONDS):
+                    end = await anext(self._stream)
+            except Exception:  # StopAsyncIteration, a timeout or a broken engine: the call itself is complete
                 end = None
             if isinstance(end, EngineEnd):
                 self._usage_seen = True
                 self.translator.receive_usage(prompt_tokens=end.prompt_tokens, cached_tokens=end.cached_tokens)
         await self._close_stream()
-        if not self._usage_seen and self._stream_started:
+        if not self._usage_seen and self._generated:  # (no tokens: the call was set up before any engine call)
             self.translator.receive_usage(prompt_tokens=len(self._request.prompt_ids))
         self._usage_seen = True
-
-    @property
-    def _stream_started(self) -> bool:
-        return bool(self._generated)
 
     async def _run_tool(self, call: ToolCall) -> ToolResult:
         """Run one built-in call; every failure becomes an error result (the model reads it)."""
