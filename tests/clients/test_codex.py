@@ -61,6 +61,12 @@ def run_codex(codex: Path, tmp_path: Path) -> Callable[[str, str], CodexRun]:
         # Nothing from the developer's own Codex or OpenAI setup leaks in.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))}
         env |= {"CODEX_HOME": str(home), "HARMONY_TEST_KEY": "test-key", "NO_COLOR": "1"}
+        # Codex prefers a bwrap on PATH to the one it ships; Debian's (0.8, installed for our code interpreter)
+        # is too old for it ("execvp codex-linux-sandbox"). Put Codex's own first, as on a machine without one.
+        modules = Path(__file__).resolve().parents[2] / "node_modules" / "@openai"
+        bundled = next(modules.glob("codex-linux-*/vendor/*/codex-resources"), None)
+        if bundled is not None:
+            env["PATH"] = f"{bundled}{os.pathsep}{env.get('PATH', '')}"
         proc = subprocess.run(
             [str(codex), "exec", "--skip-git-repo-check", "--ephemeral", "--strict-config", "--color", "never", prompt],
             stdin=subprocess.DEVNULL,
