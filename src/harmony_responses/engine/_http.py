@@ -546,6 +546,7 @@ class HTTPEngine(Engine):
                             may_run = False
                             raise error
                         lines = response.aiter_lines()
+                        done = False
                         while True:
                             watchdog.reading = loop_time()
                             # The server may read the first item in the request's task and the rest in a
@@ -563,9 +564,13 @@ class HTTPEngine(Engine):
                                 payload = line
                             else:
                                 continue
+                            if not payload or done:
+                                continue
                             if payload == "[DONE]":
-                                break
-                            if not payload:
+                                # Read on to the end of the body (the terminating chunk): a response read to
+                                # its end returns its connection to the pool; one closed early is dropped,
+                                # and the next request pays a new connection (a resolver round trip too).
+                                done = True
                                 continue
                             try:
                                 obj = orjson.loads(payload)

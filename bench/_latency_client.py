@@ -1,0 +1,64 @@
+"""The engine benchmark's client, in its own process: per-token arrival times of concurrent streams.
+
+``python _latency_client.py MODE URL STREAMS REPEATS BODY_FILE`` POSTs STREAMS concurrent streams (REPEATS
+times in a row) over raw
+asyncio connections and prints, per stream, the arrival time (seconds since its request was sent) of
+every *text* token as JSON. MODE ``direct`` reads the vLLM fake (one ``"token_ids":[`` per token; the
+first three ids are the final channel's header), MODE ``ours`` reads our server (one
+``response.output_text.delta`` event per text token). Counting byte patterns, not parsing, keeps the
+client's own cost out of the figures (see ``_sse_client.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from urllib.parse import urlsplit
+
+HEADER_TOKENS = 3  # <|channel|> final <|message|>: no text event for them
+
+
+async def one(mode: str, host: str, port: int, path: str, body: bytes) -> list[float]:
+    marker = b'"token_ids":[' if mode == "direct" else b"event: response.output_text.delta\n"
+    reader, writer = await asyncio.open_connection(host, port)
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    t0 = time.perf_counter()
+    writer.write(request)
+    await writer.drain()
+    arrivals: list[float] = []
+    tail = b""
+    while True:
+        data = await reader.read(1 << 16)
+        now = time.perf_counter() - t0
+        if not data:
+            break
+        window = tail + data
+        new = window.count(marker) - tail.count(marker)
+        arrivals.extend([now] * new)
+        tail = window[-(len(marker) - 1) :]
+    writer.close()
+    if mode == "direct":
+        arrivals = arrivals[HEADER_TOKENS:-1]  # text tokens only: not the header, not <|return|>
+    return arrivals
+
+
+async def run(mode: str, url: str, streams: int, repeats: int, body: bytes) -> list[list[float]]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    await one(mode, host, port, parts.path, body)  # warm-up
+    out: list[list[float]] = []
+    for _ in range(repeats):
+        out += await asyncio.gather(*(one(mode, host, port, parts.path, body) for _ in range(streams)))
+    return out
+
+
+if __name__ == "__main__":
+    mode, url, streams, repeats, body_file = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    with open(body_file, "rb") as f:
+        body = f.read()
+    print(json.dumps(asyncio.run(run(mode, url, streams, repeats, body))))
