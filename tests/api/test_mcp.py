@@ -9,12 +9,16 @@ receives.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+import agents
+import httpx
 import pytest
+from agents import Agent, HostedMCPTool, OpenAIResponsesModel, Runner
 
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
 from harmony_responses.tokens import EngineEnd, TokenChunk
@@ -25,7 +29,7 @@ from tools.mcp_server import McpServerProcess
 from translate.invariants import check_stream
 
 from .conftest import Serve
-from .helpers import MODEL, openai_client, post, sse_events
+from .helpers import MODEL, async_openai_client, openai_client, post, sse_events
 
 THINK = "<|channel|>analysis<|message|>I should use the tool.<|end|><|start|>assistant"
 ADD = THINK + '<|channel|>commentary to=calc.add <|constrain|>json<|message|>{"a": 2, "b": 3}<|call|>'
@@ -174,6 +178,16 @@ def test_bad_arguments_are_refused_without_reaching_the_server(serve: Serve, mcp
     assert error["type"] == "mcp_protocol_error" and error["code"] == -32602 and "not valid JSON" in error["message"]
 
 
+def test_tool_choice_forces_an_mcp_tool(serve: Serve, mcp_server: McpServerProcess) -> None:
+    recorder = Recorder([' code<|message|>{"a": 2, "b": 3}<|call|>', ANSWER])
+    live = serve(recorder.engine)
+    choice = {"type": "mcp", "server_label": "calc", "name": "add"}
+    events = stream(live, {"input": "2 + 3?", "tools": [calc(mcp_server.url)], "tool_choice": choice})
+    assert kinds(events) == ["mcp_list_tools", "mcp_call", "message"]
+    assert output(events)[1]["output"] == "5"
+    assert recorder.prompts[0].endswith("<|start|>assistant<|channel|>analysis to=calc.add")
+
+
 # ---------------------------------------------------------------------------------------------- allowed_tools
 
 
@@ -270,6 +284,42 @@ def test_approval_round_trip_deny(serve: Serve, mcp_server: McpServerProcess) ->
     assert recorder.prompts[1].endswith(told + "<|end|><|start|>assistant")
 
 
+def test_approval_continued_with_previous_response_id(serve: Serve, mcp_server: McpServerProcess) -> None:
+    recorder = Recorder([NOTE, "<|channel|>final<|message|>Saved.<|return|>"])
+    live = serve(recorder.engine)
+    client = openai_client(live)
+    tools: Any = [calc(mcp_server.url, require_approval="always")]
+    first = client.responses.create(model=MODEL, input="Save a note.", tools=tools)
+    request = first.output[-1]
+    assert request.type == "mcp_approval_request"
+    approval = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    events = stream(live, {"previous_response_id": first.id, "input": [approval], "tools": tools})
+    # The stored listing is reused (no new mcp_list_tools item); the approved call runs, then the answer.
+    assert kinds(events) == ["mcp_call", "message"]
+    call = output(events)[0]
+    assert call["approval_request_id"] == request.id and call["output"].startswith("Saved note 'n1'")
+    second = client.responses.retrieve(events[-1]["response"]["id"])
+    assert second.output[0].type == "mcp_call" and second.previous_response_id == first.id
+    assert "namespace calc {" in recorder.prompts[1] and recorder.prompts[1].count("to=calc.save_note") == 1
+
+
+def test_background_response_lists_after_it_begins(serve: Serve, mcp_server: McpServerProcess) -> None:
+    live = serve([ADD, ANSWER])
+    client = openai_client(live)
+    created = client.responses.create(model=MODEL, input="2 + 3?", tools=[calc(mcp_server.url)], background=True)  # type: ignore[list-item]
+    assert created.status == "queued"
+    events = sse_events(httpx.get(f"{live.base_url}/responses/{created.id}?stream=true", timeout=30).content)
+    check_stream(events)
+    assert [e["type"] for e in events[:5]] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+    ]
+    assert kinds(events) == ["mcp_list_tools", "reasoning", "mcp_call", "message"]
+
+
 def test_an_approval_for_an_undeclared_server_is_a_400(serve: Serve, mcp_server: McpServerProcess) -> None:
     live = serve([ANSWER])
     request = {"type": "mcp_approval_request", "id": "mcpr_x", "server_label": "gone", "name": "t", "arguments": "{}"}
@@ -314,8 +364,13 @@ def test_headers_reach_the_server(serve: Serve) -> None:
     guarded = McpServerProcess(key="sesame")
     try:
         live = serve([ADD, ANSWER, ANSWER])
-        events = stream(live, {"input": "2 + 3?", "tools": [calc(guarded.url, headers={"X-Api-Key": "sesame"})]})
+        tool = calc(guarded.url, headers={"X-Api-Key": "sesame"}, authorization="token")
+        events = stream(live, {"input": "2 + 3?", "tools": [tool]})
         assert output(events)[2]["output"] == "5"
+        # Credentials reach the MCP server only: the echoed (and stored) tool has them masked or left out.
+        (echoed,) = events[-1]["response"]["tools"]
+        assert echoed["headers"] == {"X-Api-Key": "<redacted>"} and "authorization" not in echoed
+        assert "sesame" not in json.dumps(events)
         events = stream(live, {"input": "2 + 3?", "tools": [calc(guarded.url)]})
         assert output(events)[0]["error"].endswith("Http status code: 401 (Unauthorized)")
     finally:
@@ -389,3 +444,37 @@ def test_mcp_tool_validation(shared_server: Any, tool: dict[str, Any], param: st
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error["param"], error["code"]) == (param, code)
+
+
+# ---------------------------------------------------------------------------------------------- Agents SDK
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_agents_sdk_hosted_mcp_tool_with_approvals(serve: Serve, mcp_server: McpServerProcess, approve: bool) -> None:
+    agents.set_tracing_disabled(True)  # otherwise the SDK uploads traces to OpenAI
+    answer = "Saved." if approve else "Not saved."
+    recorder = Recorder([NOTE, f"<|channel|>final<|message|>{answer}<|return|>"])
+    live = serve(recorder.engine)
+    asked: list[Any] = []
+
+    def on_approval(request: Any) -> Any:
+        asked.append(request.data)
+        return {"approve": approve, "reason": None if approve else "No."}
+
+    async def main() -> Any:
+        async with async_openai_client(live) as client:
+            tool = HostedMCPTool(
+                tool_config={"type": "mcp", "server_label": "calc", "server_url": mcp_server.url},
+                on_approval_request=on_approval,
+            )
+            agent = Agent(name="notes", tools=[tool], model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+            return await Runner.run(agent, "Save a note.")
+
+    result = asyncio.run(main())
+    assert [(r.name, r.server_label) for r in asked] == [("save_note", "calc")]
+    assert result.final_output == answer
+    last = recorder.prompts[-1]
+    if approve:
+        assert "Saved note 'n1'" in tool_message(last, "calc.save_note")
+    else:
+        assert tool_message(last, "calc.save_note").startswith("The user declined this call")

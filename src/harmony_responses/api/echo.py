@@ -28,6 +28,13 @@ def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
         echoed = dict(tool)
         echoed["tools"] = [_tool(t) for t in tool.get("tools") or ()]
         return echoed
+    if tool.get("type") == "mcp":
+        # MCP credentials are for the MCP server only: a Response is stored and can be retrieved (and streamed
+        # to whoever follows it), so ``authorization`` is left out and header values are masked.
+        echoed = {k: v for k, v in tool.items() if k != "authorization"}
+        if isinstance(tool.get("headers"), dict):
+            echoed["headers"] = dict.fromkeys(tool["headers"], "<redacted>")
+        return echoed
     return dict(tool)
 
 
