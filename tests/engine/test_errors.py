@@ -182,3 +182,53 @@ def test_spec_forms() -> None:
         engine_from_spec("vllm:gpu:8000")
     with pytest.raises(ValueError, match="needs a checkpoint folder"):
         engine_from_spec("transformers")
+
+
+# ------------------------------------------------------------------------------ the connection pool
+
+
+class _StubConnection:
+    def __init__(self, idle: bool = True) -> None:
+        self.idle = idle
+
+    def can_handle_request(self, origin: object) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return self.idle  # as httpcore's HTTP/1.1 connection: available until a request starts on it
+
+    def is_idle(self) -> bool:
+        return self.idle
+
+    def is_closed(self) -> bool:
+        return False
+
+    def has_expired(self) -> bool:
+        return False
+
+
+def test_fair_pool_gives_each_queued_request_its_own_connection() -> None:
+    import httpcore
+
+    from harmony_responses.engine._http import fair_pool
+
+    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=4, max_keepalive_connections=4))
+    assert fair_pool(transport)
+    pool = transport._pool
+    warm = [_StubConnection() for _ in range(2)]
+    pool._connections = list(warm)  # type: ignore[attr-defined]
+    made: list[_StubConnection] = []
+    pool.create_connection = lambda origin: made.append(_StubConnection(idle=False)) or made[-1]  # type: ignore[method-assign]
+    requests = [
+        httpcore._async.connection_pool.AsyncPoolRequest(httpcore.Request("POST", "http://e/x")) for _ in range(5)
+    ]
+    pool._requests = list(requests)  # type: ignore[attr-defined]
+
+    async def assign() -> None:  # httpcore's events need an event loop
+        pool._assign_requests_to_connections()  # type: ignore[attr-defined]
+
+    asyncio.run(assign())
+    assigned = [r.connection for r in requests]
+    # Two warm connections, two new ones up to max_connections; the fifth request waits for one.
+    assert assigned[:2] == warm and assigned[2:4] == made and assigned[4] is None
+    assert len({id(c) for c in assigned[:4]}) == 4

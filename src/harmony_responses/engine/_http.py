@@ -41,6 +41,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
+import httpcore
 import httpx
 import orjson
 
@@ -407,16 +408,20 @@ class HTTPEngine(Engine):
             headers = {"authorization": f"Bearer {o.api_key}"} if o.api_key else {}
             # read=None: the watchdog bounds every wait for the engine (first token, stalls), counting
             # only the time we spend waiting for it; httpx's read timeout cannot tell the two apart.
-            self._client = httpx.AsyncClient(
-                base_url=self.url,
-                headers=headers,
-                timeout=httpx.Timeout(
-                    connect=o.connect_timeout, read=None, write=o.stall_timeout, pool=o.connect_timeout
-                ),
+            transport = httpx.AsyncHTTPTransport(
                 limits=httpx.Limits(
                     max_connections=o.max_connections,
                     max_keepalive_connections=o.max_connections,
                     keepalive_expiry=30.0,
+                )
+            )
+            fair_pool(transport)
+            self._client = httpx.AsyncClient(
+                base_url=self.url,
+                transport=transport,
+                headers=headers,
+                timeout=httpx.Timeout(
+                    connect=o.connect_timeout, read=None, write=o.stall_timeout, pool=o.connect_timeout
                 ),
                 follow_redirects=False,
             )
@@ -636,6 +641,69 @@ class HTTPEngine(Engine):
 
 
 _JSON = {"content-type": "application/json"}
+
+
+class _FairPool(httpcore.AsyncConnectionPool):
+    """httpcore's pool, except that an idle HTTP/1.1 connection goes to one queued request at a time.
+
+    httpcore 1.0's ``_assign_requests_to_connections`` keeps offering an idle connection until a request
+    has started on it, so a burst of requests queued together is handed the *same* connection; all but
+    one then fail with ``ConnectionNotAvailable`` and queue again, one winner per round. Between rounds
+    the event loop serves the streams already running, so with 64 streams a burst of new requests on a
+    warm pool waited 0.5-1.7 s for its connections (encode/httpcore#1035, pydantic/httpx2#1075). Here a
+    connection referenced by any request of the pool counts as taken. Also fixed: surplus idle
+    connections are counted among idle ones (httpcore counts all connections).
+    """
+
+    def _assign_requests_to_connections(self) -> list[Any]:
+        closing: list[Any] = []
+        taken = {id(r.connection) for r in self._requests if r.connection is not None}
+        for connection in list(self._connections):
+            if connection.is_closed():
+                self._connections.remove(connection)
+            elif connection.has_expired():
+                self._connections.remove(connection)
+                closing.append(connection)
+        idle = [c for c in self._connections if c.is_idle() and id(c) not in taken]
+        surplus = len(idle) - self._max_keepalive_connections
+        for connection in idle[: max(0, surplus)]:
+            self._connections.remove(connection)
+            closing.append(connection)
+        idle = idle[max(0, surplus) :]
+        for pool_request in [r for r in self._requests if r.is_queued()]:
+            origin = pool_request.request.url.origin
+            connection = next(
+                (
+                    c
+                    for c in self._connections
+                    if id(c) not in taken and c.can_handle_request(origin) and c.is_available()
+                ),
+                None,
+            )
+            if connection is None:
+                if len(self._connections) >= self._max_connections:
+                    victim = next((c for c in idle if id(c) not in taken), None)
+                    if victim is None:
+                        break  # every connection is busy: the rest wait for one to free up
+                    idle.remove(victim)
+                    self._connections.remove(victim)
+                    closing.append(victim)
+                connection = self.create_connection(origin)
+                self._connections.append(connection)
+            pool_request.assign_to_connection(connection)
+            taken.add(id(connection))
+        return closing
+
+
+def fair_pool(transport: httpx.AsyncHTTPTransport) -> bool:
+    """Give ``transport`` the ``_FairPool`` behaviour when its httpcore has the expected shape."""
+    pool = getattr(transport, "_pool", None)
+    if type(pool) is not httpcore.AsyncConnectionPool or not all(
+        hasattr(pool, name) for name in ("_requests", "_connections", "_max_connections", "_max_keepalive_connections")
+    ):
+        return False  # another httpcore: keep its own assignment rather than guess
+    pool.__class__ = _FairPool
+    return True
 
 
 async def _read_bounded(response: httpx.Response, limit: int = 64 * 1024) -> bytes:
