@@ -398,7 +398,13 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="on"),
         on_listening,
     )
-    server.run()
+    try:
+        server.run()
+    except SystemExit:
+        # uvicorn exits (status 3) when the lifespan fails; a failed engine check gets its own last word.
+        if app.state.startup_error is None:
+            raise
     if app.state.startup_error is not None:
         print(f"harmony-responses serve: the engine cannot serve: {app.state.startup_error}", file=sys.stderr)
+        return 1
     return 0 if server.started else 1
