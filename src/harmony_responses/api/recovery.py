@@ -10,6 +10,7 @@ a client resuming it terminates normally (pitfalls.md #44).
 
 Crashed responses end ``failed`` with a reason (``error`` + ``response.failed``, responses-protocol.md
 §5.3); a cancel of an orphaned background response ends it ``cancelled`` as ``Translator.cancel`` does.
+Usage is unknown after a crash: the terminal Response reports zeros.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from typing import Any, Literal
+
+from ..translate import usage_object
 
 __all__ = ["CRASH_MESSAGE", "closing_events"]
 
@@ -107,6 +110,9 @@ def closing_events(
         output.append(_close(opened, emit))
 
     final = dict(snapshot, output=output, completed_at=None, incomplete_details=None)
+    if final.get("usage") is None:
+        # The token counts died with the process; zeros keep the object's shape (integers, as clients need).
+        final["usage"] = usage_object(input_tokens=0, cached_tokens=0, output_tokens=0, reasoning_tokens=0)
     if status == "failed":
         final.update(status="failed", error={"code": "server_error", "message": message})
         error = {"type": "server_error", "code": "server_error", "message": message, "param": None}

@@ -1,0 +1,142 @@
+"""Real ``harmony-responses serve`` processes: two sharing one PostgreSQL behave as one service, and a
+server killed with SIGKILL mid-response leaves a log that the next start ends with a reason."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from api.helpers import MODEL, sse_events, write_script
+from translate.invariants import check_stream
+
+WORDS = 300
+SLOW = {"harmony": "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>", "delay_ms": 10}
+
+
+class Server:
+    def __init__(self, store: str, script: str) -> None:
+        exe = Path(sys.executable).parent / "harmony-responses"
+        command = [str(exe), "serve", "--port", "0", "--model", MODEL, "--engine", script, "--store", store]
+        command += ["--log-level", "warning", "--current-date", "2025-06-01"]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        output = []
+        for _ in range(50):  # log lines (recovery warnings) may come before the banner
+            line = self.process.stdout.readline()
+            output.append(line)
+            if line.startswith("harmony-responses: listening on ") or not line:
+                break
+        assert line.startswith("harmony-responses: listening on "), "".join(output)
+        self.output = output
+        self.base_url = line.split("listening on ")[1].strip()
+        self.client = openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=30)
+
+    def events(self, response_id: str, query: str = "") -> list[dict[str, Any]]:
+        reply = httpx.get(f"{self.base_url}/responses/{response_id}?stream=true{query}", timeout=30)
+        assert reply.status_code == 200, reply.text
+        return sse_events(reply.content)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def _wait_status(client: openai.OpenAI, response_id: str, status: str, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = client.responses.retrieve(response_id)
+        if response.status == status:
+            return response
+        time.sleep(0.02)
+    raise AssertionError(f"{response_id} never reached {status} (last: {response.status})")
+
+
+def test_two_processes_on_one_postgresql(store_spec: str, servers: list[Server], tmp_path: Path) -> None:
+    if not store_spec.startswith("postgresql"):
+        pytest.skip("several processes share a PostgreSQL store")
+    script = write_script(tmp_path / "slow.jsonl", [SLOW])
+    a, b = Server(store_spec, script), Server(store_spec, script)
+    servers += [a, b]
+
+    created = a.client.responses.create(model=MODEL, input="Hi", background=True)
+    assert b.client.responses.retrieve(created.id).status in ("queued", "in_progress")
+    # B follows A's live response through the shared log, then cancels it; A's engine stops.
+    stream = b.client.responses.retrieve(created.id, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if len(seen) == 20:
+            break
+    assert [e.type for e in seen[:3]] == ["response.created", "response.queued", "response.in_progress"]
+    cancelled = b.client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    rest = list(stream)
+    assert rest[-1].type == "response.incomplete" and rest[-1].response.status == "cancelled"
+    assert [e.sequence_number for e in seen + rest] == list(range(len(seen) + len(rest)))
+    on_a = a.client.responses.retrieve(created.id)
+    assert on_a.status == "cancelled"
+    assert 0 < len(on_a.output[-1].content[0].text) < len("word " * WORDS)  # type: ignore[union-attr]
+    check_stream(a.events(created.id))
+    # Created on A, deleted through B.
+    b.client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):
+        a.client.responses.retrieve(created.id)
+    # And the other way round: a foreground response created on B is there on A.
+    other = b.client.responses.create(model=MODEL, input="Hi", max_output_tokens=20)
+    assert a.client.responses.retrieve(other.id).status == "incomplete"
+
+
+def test_sigkill_mid_response_then_restart(store_spec: str, servers: list[Server], tmp_path: Path) -> None:
+    script = write_script(tmp_path / "slow.jsonl", [SLOW])
+    first = Server(store_spec, script)
+    servers.append(first)
+    created = first.client.responses.create(model=MODEL, input="Hi", background=True)
+    seen = []
+    with first.client.responses.retrieve(created.id, stream=True) as stream:
+        for event in stream:
+            seen.append(event.model_dump(mode="json", exclude_unset=True))
+            if len(seen) == 40:
+                break
+    os.kill(first.process.pid, signal.SIGKILL)
+    first.process.wait()
+
+    second = Server(store_spec, script)  # recovery runs at start: the killed process's pid is gone
+    servers.append(second)
+    ended = _wait_status(second.client, created.id, "failed")
+    assert any("stopped while it was in_progress" in line for line in second.output)  # ended at start
+    assert ended.error is not None and "stopped before it finished" in ended.error.message
+    log = second.events(created.id)
+    check_stream(log)
+    # Every event a client saw before the kill is in the log, unchanged; the end comes after.
+    assert [(e["type"], e["sequence_number"]) for e in log[: len(seen)]] == [
+        (e["type"], e["sequence_number"]) for e in seen
+    ]
+    deltas = [e["delta"] for e in log if e["type"] == "response.output_text.delta"]
+    assert "".join(deltas) == ended.output[-1].content[0].text  # type: ignore[union-attr]
+    assert log[-2]["type"] == "error" and log[-1]["type"] == "response.failed"
