@@ -30,7 +30,7 @@ import orjson
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
 from .run import ResponseRun
 
-__all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce"]
+__all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce", "sse_frames"]
 
 logger = logging.getLogger("harmony_responses.api")
 
@@ -271,6 +271,16 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
     live.publish(events)
 
 
+def sse_frames(events: Sequence[Event], encoded: Sequence[bytes]) -> bytes:
+    """SSE for events whose JSON is already encoded (``sse.encode_event`` framing)."""
+    return b"".join(
+        [
+            b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"
+            for event, data in zip(events, encoded, strict=True)
+        ]
+    )
+
+
 class StoredRun:
     """A foreground ``ResponseRun`` whose events are logged, served by ``streaming.RunResponse`` as is.
 
@@ -297,11 +307,12 @@ class StoredRun:
         await self._run.start()
         self._live.insert(self._insert)
 
-    async def batches(self) -> AsyncIterator[list[Event]]:
+    async def batches(self) -> AsyncIterator[bytes]:
+        """The durable events, framed as SSE (from the JSON that was logged: no second encoding)."""
         live = self._live
         live.task = asyncio.get_running_loop().create_task(produce(live, self._run), name=f"produce-{live.id}")
-        async for events, _ in live.follow():
-            yield events
+        async for events, encoded in live.follow():
+            yield sse_frames(events, encoded)
         self.final = live.final
 
     async def aclose(self) -> None:

@@ -30,7 +30,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,7 @@ from ..store import (
 from .config import Config
 from .errors import APIError, json_response
 from .items import is_item_reference, normalize_items
-from .live import TERMINAL_EVENTS, LiveResponse, StoredRun, produce
+from .live import TERMINAL_EVENTS, LiveResponse, StoredRun, produce, sse_frames
 from .recovery import CRASH_MESSAGE, closing_events
 from .run import ResponseRun
 from .streaming import SSE_HEADERS, RunResponse
@@ -541,9 +541,4 @@ class FollowStream:
 def _body(chunk: Any) -> bytes:
     if isinstance(chunk, bytes):
         return chunk
-    events, encoded = chunk  # a LiveResponse.follow() slice
-    return b"".join([frame(event["type"], data) for event, data in zip(events, encoded, strict=True)])
-
-
-def _ids(items: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
-    return (items[0].get("id"), items[-1].get("id")) if items else (None, None)
+    return sse_frames(*chunk)  # a LiveResponse.follow() slice

@@ -91,7 +91,8 @@ class RunResponse:
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
                 async for batch in batches:
-                    body = b"".join([encode_event(event) for event in batch])
+                    # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
+                    body = batch if isinstance(batch, bytes) else b"".join([encode_event(event) for event in batch])
                     await send({"type": "http.response.body", "body": body, "more_body": True})
                     # uvicorn's send returns without suspending while the socket takes the bytes, so an
                     # engine that never waits (replay at zero delay) would starve the disconnect watcher and

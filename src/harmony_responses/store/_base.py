@@ -6,8 +6,8 @@ A store keeps five things (schema in ``_migrations.py``):
   status, the Response object as last written, the chain link (``previous_response_id``), its
   conversation, and which server process is producing it while it runs (``process_id``, NULL once it
   ended) plus a cancel flag any process can set;
-- **events**: each response's event log, ``(response_id, seq, data)`` with ``data`` the event's JSON
-  exactly as sent, so that a replay is byte-identical to the live stream;
+- **events**: each response's event log, each event's JSON exactly as sent, so that a replay is
+  byte-identical to the live stream; stored in chunks of consecutive events (``_migrations.py``);
 - **items**: input items and output items of responses, and conversation items, each list ordered by
   ``position`` (the cursor of ``input_items`` and conversation item listings is an item id);
 - **conversations**: id, owner, metadata and the next free item position;
@@ -43,6 +43,7 @@ __all__ = [
     "StoreError",
     "StoredResponse",
     "UpdateResponse",
+    "split_chunks",
 ]
 
 ItemKind = Literal["input", "output", "conversation"]
@@ -161,6 +162,16 @@ class CreateConversation:
 Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConversation
 
 
+def split_chunks(rows: Sequence[Any], after: int) -> list[tuple[int, bytes]]:
+    """Event-log chunks ``(first_seq, newline-joined events)`` → ``(seq, event)`` with ``seq > after``."""
+    events: list[tuple[int, bytes]] = []
+    for first, data in rows:
+        for offset, event in enumerate(bytes(data).split(b"\n")):
+            if first + offset > after:
+                events.append((first + offset, event))
+    return events
+
+
 # ---------------------------------------------------------------------------------------------- interface
 
 
@@ -233,7 +244,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
-        """Events with ``seq > after`` in order, at most ``limit``."""
+        """Events with ``seq > after`` in order, from at most ``limit`` chunks of the log."""
 
     @abc.abstractmethod
     async def chain_items(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:

@@ -7,6 +7,11 @@ open it rather than guess (``StoreError``). Never edit a released migration; app
 The two schemas are the same tables (``_base.py`` says what each keeps); the differences are types
 (``BLOB``/``BYTEA`` for JSON kept byte-exact, ``REAL``/``DOUBLE PRECISION`` for timestamps) and SQLite's
 ``WITHOUT ROWID``, which clusters the event log and item lists by their primary key.
+
+An event log is kept in chunks: one row holds the events ``seq..last_seq`` that one write round committed
+for a response, newline-separated (compact JSON never contains a raw newline). Under load a round holds
+dozens of events per stream, so the database stores one row where it would store dozens; the cost of
+storing is then per round, not per token.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ SQLITE: tuple[Migration, ...] = (
             """CREATE TABLE events (
                 response_id TEXT NOT NULL,
                 seq INTEGER NOT NULL,
+                last_seq INTEGER NOT NULL,
                 data BLOB NOT NULL,
                 PRIMARY KEY (response_id, seq)
             ) WITHOUT ROWID""",
@@ -100,6 +106,7 @@ POSTGRES: tuple[Migration, ...] = (
             """CREATE TABLE events (
                 response_id TEXT NOT NULL,
                 seq INTEGER NOT NULL,
+                last_seq INTEGER NOT NULL,
                 data BYTEA NOT NULL,
                 PRIMARY KEY (response_id, seq)
             )""",

@@ -33,6 +33,7 @@ from ._base import (
     StoredResponse,
     StoreError,
     UpdateResponse,
+    split_chunks,
 )
 from ._migrations import LATEST, POSTGRES
 
@@ -124,12 +125,13 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ writes
 
     async def write(self, ops: Sequence[Op]) -> None:
-        events: list[tuple[str, int, bytes]] = []
+        events: list[tuple[str, int, int, bytes]] = []
         async with self._pool.acquire() as conn, conn.transaction():
             for op in ops:
                 if isinstance(op, AppendEvents):
-                    rid, first = op.response_id, op.first_seq
-                    events.extend([(rid, first + i, data) for i, data in enumerate(op.data)])
+                    if op.data:
+                        last = op.first_seq + len(op.data) - 1
+                        events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
                 elif isinstance(op, InsertResponse):
                     r = op.record
                     await conn.execute(
@@ -190,7 +192,9 @@ class PostgresStore(Store):
             if events:
                 # ON CONFLICT: a batch retried after an ambiguous failure must not fail on what did commit.
                 await conn.executemany(
-                    "INSERT INTO events (response_id, seq, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING", events
+                    "INSERT INTO events (response_id, seq, last_seq, data) VALUES ($1, $2, $3, $4) "
+                    "ON CONFLICT DO NOTHING",
+                    events,
                 )
 
     @staticmethod
@@ -273,12 +277,12 @@ class PostgresStore(Store):
 
     async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
         rows = await self._pool.fetch(
-            "SELECT seq, data FROM events WHERE response_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            "SELECT seq, data FROM events WHERE response_id = $1 AND last_seq > $2 ORDER BY seq LIMIT $3",
             response_id,
             after,
             limit,
         )
-        return [(row[0], bytes(row[1])) for row in rows]
+        return split_chunks(rows, after)
 
     async def chain_items(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:
         rows = await self._pool.fetch(

@@ -40,6 +40,7 @@ from ._base import (
     StoredResponse,
     StoreError,
     UpdateResponse,
+    split_chunks,
 )
 from ._migrations import LATEST, SQLITE
 
@@ -165,11 +166,12 @@ class SQLiteStore(Store):
     def _write(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            events: list[tuple[str, int, bytes]] = []
+            events: list[tuple[str, int, int, bytes]] = []
             for op in ops:
                 if isinstance(op, AppendEvents):
-                    rid, first = op.response_id, op.first_seq
-                    events.extend([(rid, first + i, data) for i, data in enumerate(op.data)])
+                    if op.data:
+                        last = op.first_seq + len(op.data) - 1
+                        events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
                 elif isinstance(op, InsertResponse):
                     r = op.record
                     conn.execute(
@@ -219,7 +221,9 @@ class SQLiteStore(Store):
                     raise AssertionError(op)
             if events:
                 # OR IGNORE: a batch retried after an ambiguous failure must not fail on what did commit.
-                conn.executemany("INSERT OR IGNORE INTO events (response_id, seq, data) VALUES (?, ?, ?)", events)
+                conn.executemany(
+                    "INSERT OR IGNORE INTO events (response_id, seq, last_seq, data) VALUES (?, ?, ?, ?)", events
+                )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -338,8 +342,9 @@ class SQLiteStore(Store):
         return await self._read(lambda conn: [row[0] for row in conn.execute(sql, tuple(response_ids))])
 
     async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
-        sql = "SELECT seq, data FROM events WHERE response_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-        return await self._read(lambda conn: [(s, bytes(d)) for s, d in conn.execute(sql, (response_id, after, limit))])
+        sql = "SELECT seq, data FROM events WHERE response_id = ? AND last_seq > ? ORDER BY seq LIMIT ?"
+        rows = await self._read(lambda conn: conn.execute(sql, (response_id, after, limit)).fetchall())
+        return split_chunks(rows, after)
 
     async def chain_items(self, response_id: str, owner: str) -> list[dict[str, Any]] | None:
         sql = """
