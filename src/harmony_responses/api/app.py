@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 
 import anyio.to_thread
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -59,6 +60,13 @@ async def retrieve_model(request: Request) -> Response:
     if name not in services.config.models:
         raise model_not_found(name)
     return json_response(_model_object(name, services.started_at))
+
+
+async def not_implemented(request: Request) -> Response:
+    # POST /v1/responses/compact and /input_tokens would otherwise match /v1/responses/{id} and answer 405,
+    # which tells a client the endpoint exists; 404 is what clients and llm-comply expect of a server
+    # without them.
+    raise HTTPException(404)
 
 
 async def health(request: Request) -> Response:
@@ -136,6 +144,8 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/v1/responses/compact", not_implemented, methods=["POST"]),
+        Route("/v1/responses/input_tokens", not_implemented, methods=["POST"]),
         *stateful_routes,
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
