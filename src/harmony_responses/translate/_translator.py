@@ -29,6 +29,8 @@ from ._citations import CitationFilter, CitationResolver
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._header import CHANNEL, CONSTRAIN, normalise_channel, parse_header
+from ._items import SHAPES, added_item, delta_template, text_part, web_search_action
+from ._items import Item as _Item
 from ._recipients import ItemKind, RecipientMap, Target
 from ._response import response_skeleton, usage_object
 from ._state import TRANSITIONS, Action, State, classify
@@ -71,43 +73,6 @@ class ToolCall:
     namespace: str | None  # "browser", the MCP server label
     arguments: str  # as the model wrote it (code for python, JSON otherwise)
     channel: str | None
-
-
-class _Item:
-    """The one open item. Harmony writes one message at a time, so at most one item is open."""
-
-    __slots__ = (
-        "added",
-        "call_made",
-        "channel",
-        "cites",
-        "delta",
-        "index",
-        "kind",
-        "logprobs",
-        "parts",
-        "pending_lp",
-        "target",
-    )
-
-    def __init__(
-        self, kind: ItemKind, index: int, added: dict[str, Any], target: Target | None, channel: str | None
-    ) -> None:
-        self.kind = kind
-        self.channel = channel
-        self.index = index
-        self.added = added
-        self.target = target
-        self.parts: list[str] = []
-        self.delta: Event | None = None  # the delta event's shape, copied per delta
-        self.logprobs: list[dict[str, Any]] | None = None  # all logprobs of a message, when asked for
-        self.pending_lp: list[dict[str, Any]] = []  # logprobs of tokens not yet in a delta
-        self.call_made = False  # a built-in call has been sent (code.done / searching emitted)
-        self.cites: CitationFilter | None = None  # a message's browser citations, when a resolver is given
-
-    @property
-    def id(self) -> str:
-        return self.added["id"]
 
 
 class Translator:
@@ -264,7 +229,7 @@ class Translator:
             if error is None:
                 self._emit_item_event("response.code_interpreter_call.completed", item)
         elif item.kind is ItemKind.WEB_SEARCH:
-            done["action"] = action if action is not None else _web_search_action(item.target, arguments)
+            done["action"] = action if action is not None else web_search_action(item.target, arguments)
             if error is None:
                 self._emit_item_event("response.web_search_call.completed", item)
         else:
@@ -654,112 +619,30 @@ class Translator:
         channel: str | None = None,
         approval_request_id: str | None = None,
     ) -> _Item:
-        index = len(self._output)
         self._decoder.flush()
+        added = added_item(
+            kind,
+            target,
+            self._new_id,
+            phase=phase,
+            container_id=self._recipients.container_id,
+            approval_request_id=approval_request_id,
+        )
+        item = _Item(kind, len(self._output), added, target, channel)
+        shape = SHAPES[kind]
+        if shape.announced_at_open:
+            self._emit({"type": "response.output_item.added", "output_index": item.index, "item": added})
+            if shape.opening_part is not None:
+                self._emit_part("response.content_part.added", item, shape.opening_part())
+            if shape.in_progress_event is not None:
+                self._emit_item_event(shape.in_progress_event, item)
+        if shape.delta_event is not None:
+            item.delta = delta_template(shape, item.id, item.index)
         if kind is ItemKind.MESSAGE:
-            item_id = self._new_id("msg")
-            added: dict[str, Any] = {
-                "id": item_id,
-                "type": "message",
-                "role": "assistant",
-                "status": "in_progress",
-                "content": [],
-                "phase": phase,
-            }
-            item = _Item(kind, index, added, target, channel)
-            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-            self._emit_part("response.content_part.added", item, _text_part("", []))
-            item.delta = _delta_template("response.output_text.delta", item_id, index, content_index=True)
-            item.delta["logprobs"] = []
             if self._want_logprobs:
                 item.logprobs = []
             if self._citations is not None:
                 item.cites = CitationFilter(self._citations)
-        elif kind is ItemKind.REASONING:
-            item_id = self._new_id("rs")
-            added = {
-                "id": item_id,
-                "type": "reasoning",
-                "summary": [],
-                "content": [],
-                "status": "in_progress",
-            }
-            item = _Item(kind, index, added, target, channel)
-            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-            self._emit_part("response.content_part.added", item, {"type": "reasoning_text", "text": ""})
-            item.delta = _delta_template("response.reasoning_text.delta", item_id, index, content_index=True)
-        elif kind is ItemKind.FUNCTION_CALL:
-            assert target is not None
-            item_id = self._new_id("fc")
-            added = {
-                "id": item_id,
-                "type": "function_call",
-                "status": "in_progress",
-                "name": target.name,
-                "call_id": self._new_id("call"),
-                "arguments": "",
-            }
-            if target.namespace is not None:
-                added["namespace"] = target.namespace
-            item = _Item(kind, index, added, target, channel)
-            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-            item.delta = _delta_template("response.function_call_arguments.delta", item_id, index)
-        elif kind is ItemKind.CODE_INTERPRETER:
-            item_id = self._new_id("ci")
-            added = {
-                "id": item_id,
-                "type": "code_interpreter_call",
-                "status": "in_progress",
-                "code": "",
-                "container_id": self._recipients.container_id or self._new_id("cntr"),
-                "outputs": None,
-            }
-            item = _Item(kind, index, added, target, channel)
-            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-            self._emit_item_event("response.code_interpreter_call.in_progress", item)
-            item.delta = _delta_template("response.code_interpreter_call_code.delta", item_id, index)
-        elif kind is ItemKind.WEB_SEARCH:
-            assert target is not None
-            item_id = self._new_id("ws")
-            added = {
-                "id": item_id,
-                "type": "web_search_call",
-                "status": "in_progress",
-                "action": _web_search_action(target, None),
-            }
-            item = _Item(kind, index, added, target, channel)
-            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-            self._emit_item_event("response.web_search_call.in_progress", item)
-            # The API has no argument deltas for web search: the query shows in the done item's action.
-        elif kind is ItemKind.MCP_APPROVAL_REQUEST:
-            assert target is not None and target.namespace is not None
-            # Only added and done, both at the end with the whole arguments (responses-protocol.md §4.6): the
-            # item is announced when the call is complete, so nothing is emitted here and no delta template is set.
-            added = {
-                "id": self._new_id("mcpr"),
-                "type": "mcp_approval_request",
-                "server_label": target.namespace,
-                "name": target.name,
-                "arguments": "",
-            }
-            item = _Item(kind, index, added, target, channel)
-        else:
-            assert target is not None and target.namespace is not None
-            item_id = self._new_id("mcp")
-            added = {
-                "id": item_id,
-                "type": "mcp_call",
-                "status": "in_progress",
-                "server_label": target.namespace,
-                "name": target.name,
-                "arguments": "",
-            }
-            if approval_request_id is not None:
-                added["approval_request_id"] = approval_request_id
-            item = _Item(kind, index, added, target, channel)
-            self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-            self._emit_item_event("response.mcp_call.in_progress", item)
-            item.delta = _delta_template("response.mcp_call_arguments.delta", item_id, index)
         self._item = item
         return item
 
@@ -791,7 +674,7 @@ class Translator:
                     "logprobs": logprobs,
                 }
             )
-            part = _text_part(text, logprobs)
+            part = text_part(text, logprobs)
             if item.cites is not None:
                 part["annotations"] = item.cites.annotations
             self._emit_part("response.content_part.done", item, part)
@@ -825,7 +708,7 @@ class Translator:
             if kind is ItemKind.CODE_INTERPRETER:
                 done["code"] = text
             elif kind is ItemKind.WEB_SEARCH:
-                done["action"] = _web_search_action(item.target, text)
+                done["action"] = web_search_action(item.target, text)
             else:
                 done["arguments"] = text
         self._done_item(item, done)
@@ -996,39 +879,3 @@ class Translator:
                 for t, p in lp.top
             ],
         }
-
-
-def _text_part(text: str, logprobs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
-
-
-def _delta_template(type_: str, item_id: str, index: int, *, content_index: bool = False) -> Event:
-    event: Event = {"type": type_, "sequence_number": 0, "item_id": item_id, "output_index": index}
-    if content_index:
-        event["content_index"] = 0
-    event["delta"] = ""
-    return event
-
-
-def _web_search_action(target: Target | None, arguments: str | None) -> dict[str, Any]:
-    """The ``web_search_call`` action, read from the model's arguments when the tool gave none."""
-    name = target.name if target is not None else "search"
-    args: dict[str, Any] = {}
-    if arguments:
-        try:
-            parsed = orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            parsed = None
-        if isinstance(parsed, dict):
-            args = parsed
-    if name == "open":
-        url = args.get("id")
-        return {"type": "open_page", "url": url if isinstance(url, str) else None}
-    if name == "find":
-        pattern = args.get("pattern")
-        return {"type": "find_in_page", "pattern": pattern if isinstance(pattern, str) else "", "url": ""}
-    query = args.get("query")
-    action: dict[str, Any] = {"type": "search"}
-    if isinstance(query, str):
-        action["query"] = query
-    return action
