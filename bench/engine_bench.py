@@ -5,10 +5,13 @@ chunk; the client (``_latency_client.py``, its own process) reads it directly an
 (``--engine vllm``, ``store: false`` so that the figures are the engine path's), in the same run, and
 notes when each text token arrives. Figures, for 1 and 64 concurrent streams:
 
-- first token: request sent → first text token, p50/p99, direct vs ours, and the difference;
-- between tokens: gaps between successive text tokens, p50/p99, direct vs ours;
-- per token (paced run only): how much later than directly each token arrives through us, counted
-  from the stream's first token, p50/p99.
+- first token: request sent → first text token, p50/p99;
+- between tokens: gaps between successive text tokens, p50/p99;
+- late (paced run only): how late each token arrives against its stream's own pace, p50/p99.
+
+Three readers: the fake directly; our server with the in-process replay engine playing the same tokens
+at the same pace (the server without the HTTP engine); our server with ``--engine vllm`` in front of the
+fake. ours/vllm − direct is what the whole layer adds; ours/vllm − ours/replay what the HTTP adapter adds.
 
 Two runs: the fake streaming as fast as it can (what a per-token cost does to throughput-bound
 streams), and paced at 10 ms per token (a fast engine's pace: what a client actually waits for).
@@ -21,7 +24,6 @@ import itertools
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,22 +78,54 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000  # ms
 
 
-def figures(direct: list[list[float]], ours: list[list[float]], paced: bool) -> dict[str, float]:
-    f: dict[str, float] = {}
-    for name, runs in (("direct", direct), ("ours", ours)):
-        first = [r[0] for r in runs]
-        gaps = [b - a for r in runs for a, b in itertools.pairwise(r)]
-        f[f"{name}_ttft_p50"], f[f"{name}_ttft_p99"] = pct(first, 0.5), pct(first, 0.99)
-        f[f"{name}_itl_p50"], f[f"{name}_itl_p99"] = pct(gaps, 0.5), pct(gaps, 0.99)
-    if paced:
-        # Token k's delay after the stream's first token, through us, less the same delay read directly
-        # (median over the direct streams): what our layer adds to each later token, whatever it added
-        # to the first.
-        n = min(len(r) for r in direct + ours)
-        baseline = [statistics.median(r[k] - r[0] for r in direct) for k in range(n)]
-        added = [r[k] - r[0] - baseline[k] for r in ours for k in range(1, n)]
-        f["added_p50"], f["added_p99"] = pct(added, 0.5), pct(added, 0.99)
+def summary(runs: list[list[float]], pace_ms: float) -> dict[str, float]:
+    """Percentiles (ms) of one way of reading: first token, gaps between tokens, lateness per token."""
+    first = [r[0] for r in runs]
+    gaps = [b - a for r in runs for a, b in itertools.pairwise(r)]
+    f = {
+        "ttft50": pct(first, 0.5),
+        "ttft99": pct(first, 0.99),
+        "itl50": pct(gaps, 0.5),
+        "itl99": pct(gaps, 0.99),
+    }
+    if pace_ms:
+        # How late each token is against its stream's own schedule (the engine emits one every pace_ms; the
+        # schedule's origin is the stream's most punctual token): what delays the reader between tokens,
+        # whatever happened to the first one.
+        pace = pace_ms / 1000
+        late = []
+        for r in runs:
+            origin = min(t - k * pace for k, t in enumerate(r))
+            late += [t - k * pace - origin for k, t in enumerate(r)]
+        f["late50"], f["late99"] = pct(late, 0.5), pct(late, 0.99)
     return f
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux), to report our server's cost per token."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serve(argv: list[str], port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            str(BIN / "harmony-responses"),
+            "serve",
+            "--port",
+            str(port),
+            "--model",
+            "gpt-oss-20b",
+            "--log-level",
+            "warning",
+        ]
+        + argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def main() -> None:
@@ -99,68 +133,71 @@ def main() -> None:
     prompt = render_request({"input": INPUT}, current_date="2025-06-01").token_ids
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "direct.json").write_bytes(
-            json.dumps(
-                {
-                    "model": "openai/gpt-oss-20b",
-                    "prompt": list(prompt),
-                    "max_tokens": 4096,
-                    "stream": True,
-                    "return_token_ids": True,
-                    "stop_token_ids": [200002, 200012],
-                }
-            ).encode()
-        )
-        (work / "ours.json").write_bytes(
-            json.dumps({"model": "gpt-oss-20b", "input": INPUT, "stream": True, "store": False}).encode()
-        )
+        direct_body = {
+            "model": "openai/gpt-oss-20b",
+            "prompt": list(prompt),
+            "max_tokens": 4096,
+            "stream": True,
+            "return_token_ids": True,
+            "stop_token_ids": [200002, 200012],
+        }
+        (work / "direct.json").write_bytes(json.dumps(direct_body).encode())
+        ours_body = {"model": "gpt-oss-20b", "input": INPUT, "stream": True, "store": False}
+        (work / "ours.json").write_bytes(json.dumps(ours_body).encode())
         for pace_ms, n_text in ((0, 400), (10, 100)):
-            (work / "tokens.json").write_text(json.dumps(completion(n_text)))
-            fake_port, our_port = free_port(), free_port()
+            tokens = completion(n_text)
+            (work / "tokens.json").write_text(json.dumps(tokens))
+            (work / "replay.jsonl").write_text(json.dumps({"tokens": tokens, "delay_ms": pace_ms}) + "\n")
+            fake_port, vllm_port, replay_port = free_port(), free_port(), free_port()
             fake = subprocess.Popen(
                 [sys.executable, str(HERE / "_vllm_fake.py"), str(fake_port), str(work / "tokens.json"), str(pace_ms)],
                 stderr=subprocess.PIPE,
             )
-            ours = subprocess.Popen(
-                [
-                    str(BIN / "harmony-responses"),
-                    "serve",
-                    "--port",
-                    str(our_port),
-                    "--engine",
-                    f"vllm:http://127.0.0.1:{fake_port}",
-                    "--model",
-                    "gpt-oss-20b",
-                    "--log-level",
-                    "warning",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
+            procs = [
+                fake,
+                serve(["--engine", f"vllm:http://127.0.0.1:{fake_port}"], vllm_port),
+                serve(["--engine", f"replay:{work / 'replay.jsonl'}"], replay_port),
+            ]
+            readers = {
+                "direct": ("direct", f"http://127.0.0.1:{fake_port}/v1/completions", work / "direct.json", fake),
+                "ours, replay engine": (
+                    "ours",
+                    f"http://127.0.0.1:{replay_port}/v1/responses",
+                    work / "ours.json",
+                    procs[2],
+                ),
+                "ours, vllm engine": (
+                    "ours",
+                    f"http://127.0.0.1:{vllm_port}/v1/responses",
+                    work / "ours.json",
+                    procs[1],
+                ),
+            }
             try:
-                wait_healthy(f"http://127.0.0.1:{fake_port}", fake)
-                wait_healthy(f"http://127.0.0.1:{our_port}", ours)
+                for proc, port in zip(procs, (fake_port, vllm_port, replay_port), strict=True):
+                    wait_healthy(f"http://127.0.0.1:{port}", proc)
                 label = "as fast as it can" if not pace_ms else f"paced at {pace_ms} ms per token"
-                print(f"fake streaming {n_text} text tokens per stream, {label}")
+                print(f"\nfake vLLM streaming {n_text} text tokens per stream, {label} (all figures in ms)")
+                print(
+                    f"  {'streams':>7}  {'reading':<20} {'first p50':>9} {'p99':>8}  {'between p50':>11} {'p99':>7}"
+                    + (f"  {'late p50':>8} {'p99':>7}" if pace_ms else "")
+                    + f"  {'server CPU µs/token':>19}"
+                )
                 for streams, repeats in ((1, 20), (64, 2)):
-                    direct = client(
-                        "direct", f"http://127.0.0.1:{fake_port}/v1/completions", streams, repeats, work / "direct.json"
-                    )
-                    mine = client(
-                        "ours", f"http://127.0.0.1:{our_port}/v1/responses", streams, repeats, work / "ours.json"
-                    )
-                    f = figures(direct, mine, paced=bool(pace_ms))
-                    print(
-                        f"  {streams:>2} stream{'s' if streams > 1 else ' '}: "
-                        f"first token p50 {f['direct_ttft_p50']:.2f} → {f['ours_ttft_p50']:.2f} ms "
-                        f"(+{f['ours_ttft_p50'] - f['direct_ttft_p50']:.2f}), "
-                        f"p99 {f['direct_ttft_p99']:.2f} → {f['ours_ttft_p99']:.2f} ms; "
-                        f"between tokens p50 {f['direct_itl_p50']:.3f} → {f['ours_itl_p50']:.3f} ms, "
-                        f"p99 {f['direct_itl_p99']:.3f} → {f['ours_itl_p99']:.3f} ms"
-                        + (f"; per token +{f['added_p50']:.3f} ms p50, +{f['added_p99']:.3f} ms p99" if pace_ms else "")
-                    )
+                    for name, (mode, url, body, server) in readers.items():
+                        cpu = cpu_seconds(server.pid)
+                        runs = client(mode, url, streams, repeats, body)
+                        # Text tokens of the measured runs plus the warm-up stream (the client runs one first).
+                        per_token = (cpu_seconds(server.pid) - cpu) / (sum(map(len, runs)) + len(runs[0])) * 1e6
+                        f = summary(runs, pace_ms)
+                        print(
+                            f"  {streams:>7}  {name:<20} {f['ttft50']:>9.2f} {f['ttft99']:>8.2f}  "
+                            f"{f['itl50']:>11.3f} {f['itl99']:>7.3f}"
+                            + (f"  {f['late50']:>8.3f} {f['late99']:>7.3f}" if pace_ms else "")
+                            + f"  {per_token:>19.1f}"
+                        )
             finally:
-                for proc in (ours, fake):
+                for proc in procs:
                     proc.terminate()
                     proc.wait(timeout=10)
 

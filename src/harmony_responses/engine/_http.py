@@ -554,14 +554,13 @@ class HTTPEngine(Engine):
                         done = False
                         while True:
                             watchdog.reading = loop_time()
-                            # The server may read the first item in the request's task and the rest in a
-                            # pump task of its own: the watchdog cancels whichever task is waiting now.
-                            watchdog.task = current_task()  # type: ignore[assignment]
                             try:
                                 line = await anext(lines)
                             except StopAsyncIteration:
                                 break
                             watchdog.reading = None
+                            if not line:
+                                continue  # the blank line ending each SSE event
                             # SSE "data: {...}"; NDJSON "{...}"; comments, event names and blank lines skipped.
                             if line.startswith("data:"):
                                 payload = line[5:].strip()
@@ -589,6 +588,9 @@ class HTTPEngine(Engine):
                                     watchdog.got_first()
                                     yielded = True
                                 yield chunk
+                                # The server may read the first item in the request's task and the rest in
+                                # a pump task of its own: the watchdog cancels whichever task waits now.
+                                watchdog.task = current_task()  # type: ignore[assignment]
                     except asyncio.CancelledError:
                         if watchdog.fired is not None and watchdog.task.uncancel() == 0:
                             raise EngineTimeout(f"{label}: {watchdog.fired}") from None
