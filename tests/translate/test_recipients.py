@@ -22,7 +22,13 @@ def test_from_tools_reads_every_tool_type() -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    ["web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11", "browser_search"],
+    [
+        "web_search",
+        "web_search_2025_08_26",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "web_search_2031_01_01",
+    ],
 )
 def test_every_web_search_tool_type_enables_the_browser(kind: str) -> None:
     recipients = RecipientMap.from_tools([{"type": kind}])

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 from ..engine import Engine, GenerateRequest
 from ..ids import random_id
 from ..render import RenderError, render_request
+from ..tool_types import is_web_search
 from ..tools import ToolSessions
 from ..tools.browser import BrowserSession, WebSearch
 from ..tools.code_interpreter import ContainerNotFound, code_interpreter_session
@@ -40,7 +41,7 @@ from .fit import render_to_fit
 from .run import ResponseRun
 from .sealed import ReasoningSealer
 from .state import State
-from .validate import MODEL_HIDDEN_TOOL_TYPES, WEB_SEARCH_TOOL_TYPES, RequestOptions, validate_request
+from .validate import RequestOptions, validate_request
 
 __all__ = ["Services", "create_response", "model_not_found", "read_json_body"]
 
@@ -116,7 +117,7 @@ def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search:
     request = dict(body)
     tools = body.get("tools")
     if tools and not web_search:
-        request["tools"] = [t for t in tools if t.get("type") not in MODEL_HIDDEN_TOOL_TYPES]
+        request["tools"] = [t for t in tools if not is_web_search(t.get("type"))]
     items = body.get("input")
     if isinstance(items, list):
         restored: list[Any] = []
@@ -137,10 +138,10 @@ def _browser_session(request: Request, body: Mapping[str, Any]) -> BrowserSessio
     than rendered as a call to a tool the model was never given.
     """
     web_search: WebSearch | None = getattr(request.app.state, "web_search", None)
-    declared = [t for t in body.get("tools") or () if t.get("type") in WEB_SEARCH_TOOL_TYPES]
+    declared = [t for t in body.get("tools") or () if is_web_search(t.get("type"))]
     if web_search is None:
         choice = body.get("tool_choice")
-        if isinstance(choice, dict) and choice.get("type") in WEB_SEARCH_TOOL_TYPES:
+        if isinstance(choice, dict) and is_web_search(choice.get("type")):
             raise APIError(
                 f"Invalid value for 'tool_choice.type': '{choice['type']}' cannot be forced: this server has no "
                 "search backend configured (harmony-responses serve --search-dir or --search-backend).",

@@ -15,7 +15,7 @@ State parameters are checked for shape here (``background`` needs ``store``; ``c
 ``previous_response_id``) and resolved against the store in ``state.py``.
 Features that belong to later issues are refused with a clear 400 rather than silently ignored:
 ``prompt`` templates, and built-in tools
-the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations (``WEB_SEARCH_TOOL_TYPES``)
+the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations (``tool_types.is_web_search``)
 are always accepted: the model gets Harmony's browser when the server has a search backend, and otherwise
 they are echoed and not offered to the model (Codex sends ``{"type": "web_search", "external_web_access":
 false}`` with every request and must not get a 400). ``tool_choice`` may force them.
@@ -29,16 +29,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..tool_types import UNSUPPORTED_TOOL_TYPES, is_web_search
 from ..tools.mcp import mcp_tool_problem
 from .errors import APIError
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
 
 __all__ = [
     "INCLUDABLE",
-    "MODEL_HIDDEN_TOOL_TYPES",
     "REASONING_EFFORTS",
     "RequestOptions",
-    "WEB_SEARCH_TOOL_TYPES",
     "check_metadata",
     "validate_request",
 ]
@@ -58,30 +57,9 @@ INCLUDABLE = (
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
-# Always accepted; offered to the model only when the server has a search backend (responses.py).
-WEB_SEARCH_TOOL_TYPES = frozenset(
-    {"web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11"}
-)
-MODEL_HIDDEN_TOOL_TYPES = WEB_SEARCH_TOOL_TYPES  # hidden from the model when no search backend is configured
-# Tool types the API defines that this server cannot run (yet): a clear 400 naming ``tools[i].type``.
-UNSUPPORTED_TOOL_TYPES = frozenset(
-    {
-        "file_search",
-        "image_generation",
-        "computer_use_preview",
-        "computer",
-        "local_shell",
-        "shell",
-        "apply_patch",
-        "custom",
-        "tool_search",
-        "programmatic_tool_calling",
-        "browser_search",
-    }
-)
-SUPPORTED_TOOL_TYPES = ("function", "namespace", *sorted(MODEL_HIDDEN_TOOL_TYPES), "mcp")
-
-SUPPORTED_TOOL_TYPES += ("code_interpreter",)
+# web_search (any dated variant) is always accepted; it is offered to the model only when the server has a
+# search backend (responses.py). Types the server cannot run get a 400 naming ``tools[i].type``.
+SUPPORTED_TOOL_TYPES = ("function", "namespace", "web_search", "web_search_preview", "mcp", "code_interpreter")
 CODE_INTERPRETER_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 
 # The API's pattern for function and response-format names.
@@ -383,7 +361,7 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
                     )
                 function = _check_function(member, member_param)
                 names.update((function, f"{namespace}.{function}"))
-        elif kind in MODEL_HIDDEN_TOOL_TYPES:
+        elif is_web_search(kind):
             pass
         elif kind == "mcp":
             problem = mcp_tool_problem(tool, param)  # tools/mcp owns the mcp tool's fields

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..tool_types import UNSUPPORTED_TOOL_TYPES, is_web_search
 from ._errors import RenderError
 from ._schema_ts import ToolSpec
 
@@ -28,27 +29,9 @@ __all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools"]
 # spaces, no `<|...|>`): a recipient with a space would end the header's recipient early.
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 
-# web_search, web_search_preview and their dated variants (web_search_2025_08_26, ...).
-_WEB_SEARCH_TYPE = re.compile(r"^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$")
-_UNSUPPORTED_TOOL_TYPES = (
-    "file_search",
-    "computer_use_preview",
-    "computer_use",
-    "image_generation",
-    "local_shell",
-    "shell",
-    "apply_patch",
-    "custom",
-    "tool_search",
-    "programmatic_tool_calling",
-)
 _SUPPORTED = "function, namespace, web_search, web_search_preview, code_interpreter and mcp"
 # Namespaces harmony and our system message already use; a developer namespace must not shadow them.
 _RESERVED_NAMESPACES = frozenset({"functions", "browser", "python", "assistant"})
-
-
-def _is_web_search(kind: str) -> bool:
-    return _WEB_SEARCH_TYPE.match(kind) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +184,7 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
             description = _description(tool.get("description"), f"{where}.description") or None
             if specs:  # a namespace without functions offers the model nothing to call: not declared
                 namespaces[name] = (description, tuple(specs))
-        elif _is_web_search(kind):
+        elif is_web_search(kind):
             browser = True
         elif kind == "code_interpreter":
             python = True
@@ -223,7 +206,7 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
             mcp.append(
                 McpServer(label=label, description=description if isinstance(description, str) else None, tools=listed)
             )
-        elif kind in _UNSUPPORTED_TOOL_TYPES:
+        elif kind in UNSUPPORTED_TOOL_TYPES:
             raise RenderError(
                 f"Invalid value for '{where}.type': '{kind}' tools are not supported by this server. "
                 f"Supported tool types are {_SUPPORTED}.",
@@ -315,7 +298,7 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
             if ns is None or not isinstance(ns_name, str):
                 raise missing
             namespaces[ns_name] = (ns[0], list(ns[1]))
-        elif isinstance(kind, str) and _is_web_search(kind):
+        elif isinstance(kind, str) and is_web_search(kind):
             if not tools.browser:
                 raise missing
             browser = True
@@ -396,7 +379,7 @@ def apply_tool_choice(tools: ToolSet, tool_choice: Any) -> tuple[ToolSet, str]:
             )
         filtered = _filter_allowed(tools, tool_choice.get("tools"), f"{param}.tools")
         return filtered, _required_prefill(filtered, param) if mode == "required" else ""
-    if isinstance(kind, str) and _is_web_search(kind):
+    if isinstance(kind, str) and is_web_search(kind):
         if not tools.browser:
             raise RenderError(f"Tool choice '{kind}' requires a '{kind}' tool in 'tools'.", param=param)
         return tools, f"{_CHANNEL}analysis to=browser."

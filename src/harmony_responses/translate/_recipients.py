@@ -14,17 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..tool_types import is_web_search
+
 __all__ = ["ApprovalRule", "ItemKind", "RecipientMap", "Target"]
 
-WEB_SEARCH_TOOL_TYPES = frozenset(
-    {
-        "web_search",
-        "web_search_2025_08_26",
-        "web_search_preview",
-        "web_search_preview_2025_03_11",
-        "browser_search",
-    }
-)
 BROWSER_ACTIONS = frozenset({"search", "open", "find"})
 # Harmony recipients that mean "back to the assistant", not a tool (tool-result headers say to=assistant).
 NOT_A_TOOL = frozenset({"", "assistant", "all", "user"})
@@ -148,7 +141,7 @@ class RecipientMap:
                 container = tool.get("container")
                 if isinstance(container, str):
                     container_id = container
-            elif kind in WEB_SEARCH_TOOL_TYPES:
+            elif is_web_search(kind):
                 web_search = True
         return cls(
             functions=frozenset(functions),

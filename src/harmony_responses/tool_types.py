@@ -1,0 +1,34 @@
+"""The Responses API's tool types as this server treats them: one list for validation, rendering and translation.
+
+``web_search`` and ``web_search_preview`` come with dated variants (``web_search_2025_08_26``); the API adds
+new dates, so they are matched by pattern. Types the server cannot run get a 400 naming ``tools[i].type``.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["UNSUPPORTED_TOOL_TYPES", "is_web_search"]
+
+_WEB_SEARCH_TYPE = re.compile(r"^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$")
+
+UNSUPPORTED_TOOL_TYPES = frozenset(
+    {
+        "file_search",
+        "image_generation",
+        "computer_use_preview",
+        "computer_use",
+        "computer",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "custom",
+        "tool_search",
+        "programmatic_tool_calling",
+        "browser_search",
+    }
+)
+
+
+def is_web_search(kind: object) -> bool:
+    return isinstance(kind, str) and _WEB_SEARCH_TYPE.match(kind) is not None
