@@ -16,7 +16,8 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-BODY = json.dumps({"model": "gpt-oss-20b", "input": "Write a long answer.", "stream": True}).encode()
+# store: false measures the streaming path itself; bench/store_bench.py measures what storing adds.
+BODY = json.dumps({"model": "gpt-oss-20b", "input": "Write a long answer.", "stream": True, "store": False}).encode()
 TERMINALS = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
 
 
