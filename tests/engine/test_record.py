@@ -12,7 +12,11 @@ from harmony_responses.api import Config, create_app
 from .fakes import Scenario, VLLMFake, harmony, run_app
 from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, stack, without_ids
 
-LONG = "<|channel|>analysis<|message|>" + "think " * 30 + "<|end|><|start|>assistant<|channel|>final<|message|>Done<|return|>"
+LONG = (
+    "<|channel|>analysis<|message|>"
+    + "think " * 30
+    + "<|end|><|start|>assistant<|channel|>final<|message|>Done<|return|>"
+)
 
 REQUESTS: list[dict[str, Any]] = [
     {"input": "Hi", "stream": True},
