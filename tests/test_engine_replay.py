@@ -220,7 +220,8 @@ def test_ReplayEngine_logprobs_only_when_asked_and_scripted(tmp_path: Path) -> N
         (
             {"tokens": [1], "delay": 5},
             "unknown field 'delay'; valid fields: "
-            '"harmony", "tokens", "chunk", "chunks", "delay_ms", "finish", "error", "logprobs", "token_logprobs", "prompt_tokens", "cached_tokens", "refused"',
+            '"harmony", "tokens", "chunk", "chunks", "delay_ms", "finish", "error", "logprobs", '
+            '"token_logprobs", "prompt_tokens", "cached_tokens", "refused"',
         ),
         ({}, 'needs "harmony" (text) or "tokens" (ids); only a line that ends in an error may omit both'),
         ({"harmony": "a", "tokens": [1]}, 'give either "harmony" or "tokens", not both'),

@@ -19,6 +19,7 @@ import logging
 import time
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 from starlette.types import Receive, Scope, Send
 
@@ -30,8 +31,11 @@ __all__ = ["RunResponse"]
 
 logger = logging.getLogger("harmony_responses.api")
 
-# The longest a stream keeps the event loop to itself when its engine never waits (see _send_events).
+# The longest a stream keeps the event loop to itself when its engine never waits (see _produce).
 YIELD_INTERVAL = 0.002
+# Batches (engine chunks' events) buffered between the run and the socket: enough to coalesce writes, few
+# enough that a client that stops reading holds back its engine soon.
+BUFFERED_BATCHES = 64
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -86,29 +90,63 @@ class RunResponse:
 
     async def _send_events(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        clock = time.monotonic
-        last_yield = clock()
+        # The run's batches are produced in a task of their own and handed over through a bounded buffer, and
+        # the writer sends everything waiting in one write. An engine that waits between chunks (every real
+        # one) gets each chunk written as soon as it arrives; when chunks come faster than the socket write
+        # path (a fast engine, or many streams sharing the CPU), they share writes instead of paying uvicorn's
+        # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
+        # keeps a slow reader's backlog small and passes the backpressure on to the engine.
+        sender, receiver = anyio.create_memory_object_stream[bytes](max_buffer_size=BUFFERED_BATCHES)
         try:
-            async with contextlib.aclosing(self.run.batches()) as batches:
-                async for batch in batches:
-                    # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
-                    body = batch if isinstance(batch, bytes) else b"".join([encode_event(event) for event in batch])
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                    # uvicorn's send returns without suspending while the socket takes the bytes, so an
-                    # engine that never waits (replay at zero delay) would starve the disconnect watcher and
-                    # the other streams. A checkpoint per write costs more than the write itself (a whole
-                    # event-loop turn), so yield once every YIELD_INTERVAL seconds of uninterrupted sending.
-                    now = clock()
-                    if now - last_yield >= YIELD_INTERVAL:
-                        await anyio.lowlevel.checkpoint()
-                        last_yield = clock()
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._produce, sender)
+                async with receiver:
+                    while True:
+                        try:
+                            body = receiver.receive_nowait()
+                        except anyio.WouldBlock:
+                            try:
+                                body = await receiver.receive()
+                            except anyio.EndOfStream:
+                                break
+                        except anyio.EndOfStream:
+                            break
+                        bodies = [body]
+                        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                            while True:
+                                bodies.append(receiver.receive_nowait())
+                        await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
         except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
             self.disconnected = True
             return
-        except Exception:
-            # A bug after the stream started: the status is sent, so all we can do is end the body.
-            logger.exception("response stream failed after it started")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _produce(self, sender: anyio.abc.ObjectSendStream[bytes]) -> None:
+        clock = time.monotonic
+        last_yield = clock()
+        async with sender:
+            try:
+                async with contextlib.aclosing(self.run.batches()) as batches:
+                    async for batch in batches:
+                        # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
+                        body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
+                        try:
+                            sender.send_nowait(body)  # no event-loop turn while there is room
+                        except anyio.WouldBlock:
+                            await sender.send(body)  # the reader is behind: wait for it
+                            last_yield = clock()
+                        # An engine that never waits (replay at zero delay) would starve the writer, the
+                        # disconnect watcher and the other streams; a checkpoint per batch costs a whole
+                        # event-loop turn, so yield once every YIELD_INTERVAL seconds of uninterrupted work.
+                        now = clock()
+                        if now - last_yield >= YIELD_INTERVAL:
+                            await anyio.lowlevel.checkpoint()
+                            last_yield = clock()
+            except anyio.BrokenResourceError:  # the writer stopped: the client went away
+                return
+            except Exception:
+                # A bug after the stream started: the status is sent, so all we can do is end the body.
+                logger.exception("response stream failed after it started")
 
     async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
