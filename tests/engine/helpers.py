@@ -12,30 +12,12 @@ from typing import Any
 import httpx
 from openai import OpenAI
 
+# The same scripted completions and tool as the api tests, so both suites speak of one model.
+from api.helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL  # noqa: F401
 from harmony_responses.api import Config, create_app
 from harmony_responses.engine import Engine
 
 from .fakes import Fake, run_app, run_fake
-
-MODEL = "gpt-oss-20b"
-ANSWER = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!<|return|>"
-CALL_WEATHER = (
-    "<|channel|>analysis<|message|>Need the weather.<|end|>"
-    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
-    "<|call|>"
-)
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 
 
 @dataclass
