@@ -97,29 +97,35 @@ class RunResponse:
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine.
         sender, receiver = anyio.create_memory_object_stream[bytes](max_buffer_size=BUFFERED_BATCHES)
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._produce, sender)
-                async with receiver:
-                    while True:
-                        try:
-                            body = receiver.receive_nowait()
-                        except anyio.WouldBlock:
-                            try:
-                                body = await receiver.receive()
-                            except anyio.EndOfStream:
-                                break
-                        except anyio.EndOfStream:
-                            break
-                        bodies = [body]
-                        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
-                            while True:
-                                bodies.append(receiver.receive_nowait())
-                        await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
-        except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
-            self.disconnected = True
-            return
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._produce, sender)
+            try:
+                await self._write_batches(receiver, send)
+            except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
+                # Caught here, not around the task group, which would wrap it in an ExceptionGroup.
+                self.disconnected = True
+                group.cancel_scope.cancel()
+                return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _write_batches(self, receiver: anyio.abc.ObjectReceiveStream[bytes], send: Send) -> None:
+        """Send what the producer hands over, everything waiting at once, until it is done."""
+        async with receiver:
+            while True:
+                try:
+                    body = receiver.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        body = await receiver.receive()
+                    except anyio.EndOfStream:
+                        return
+                except anyio.EndOfStream:
+                    return
+                bodies = [body]
+                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                    while True:
+                        bodies.append(receiver.receive_nowait())
+                await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
 
     async def _produce(self, sender: anyio.abc.ObjectSendStream[bytes]) -> None:
         clock = time.monotonic

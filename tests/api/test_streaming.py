@@ -1,0 +1,76 @@
+"""The SSE writer at its ASGI boundary: coalesced writes, whole events, and a client gone mid-write."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from harmony_responses.api.streaming import RunResponse
+
+FRAME = b"event: response.output_text.delta\ndata: {}\n\n"
+
+
+class FakeRun:
+    """A run whose batches come without ever waiting, like the replay engine at zero delay."""
+
+    request_id = "resp_test"
+    final = None
+
+    def __init__(self, batches: int) -> None:
+        self.batches_left = batches
+        self.closed = False
+        self.produced = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    async def batches(self) -> AsyncIterator[bytes]:
+        try:
+            for _ in range(self.batches_left):
+                self.produced += 1
+                yield FRAME
+        finally:
+            self.closed = True
+
+
+async def _receive() -> dict[str, Any]:
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+def test_fast_batches_share_writes_and_every_event_arrives_whole() -> None:
+    run = FakeRun(500)
+    bodies: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            bodies.append(message["body"])
+
+    anyio.run(RunResponse(run, stream=True), {"type": "http", "method": "POST", "path": "/"}, _receive, send)
+    assert b"".join(bodies) == FRAME * 500
+    assert bodies[-1] == b""  # the body ends right after the last event
+    assert all(body.endswith(b"\n\n") for body in bodies[:-1])  # never an event split across writes
+    assert len(bodies) < 500  # queued batches were coalesced instead of one write each
+
+
+def test_a_client_gone_mid_write_ends_quietly_and_stops_the_run() -> None:
+    run = FakeRun(100_000)
+    writes = 0
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal writes
+        if message["type"] == "http.response.body":
+            writes += 1
+            if writes == 2:
+                raise OSError("connection reset by peer")
+
+    response = RunResponse(run, stream=True)
+    anyio.run(response, {"type": "http", "method": "POST", "path": "/"}, _receive, send)  # must not raise
+    assert response.disconnected
+    assert run.closed
+    assert run.produced < 100_000  # generation stopped instead of running to the end
