@@ -22,11 +22,36 @@ from collections.abc import Callable, Sequence
 
 from ._base import AppendEvents, Op, Store
 
-__all__ = ["Writer"]
+__all__ = ["Writer", "merge_appends"]
 
 logger = logging.getLogger("harmony_responses.store")
 
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
+
+
+def merge_appends(ops: list[Op]) -> list[Op]:
+    """One ``AppendEvents`` per response and run of appends: a row per response per round, not per chunk.
+
+    A stream submits one op per engine chunk (often one token), so a round under load holds thousands of
+    small appends; written as they come they cost a row each. An append that continues the previous one of
+    the same response (``first_seq`` follows on) joins it. Any other kind of op ends the runs, so that no
+    event moves past an insert, update or delete.
+    """
+    merged: list[Op] = []
+    runs: dict[str, tuple[int, list[bytes]]] = {}  # response id -> (first_seq, data) of the run being extended
+    for op in ops:
+        if not isinstance(op, AppendEvents):
+            runs.clear()
+            merged.append(op)
+            continue
+        run = runs.get(op.response_id)
+        if run is not None and run[0] + len(run[1]) == op.first_seq:
+            run[1].extend(op.data)  # the merged op holds this very list
+            continue
+        data = list(op.data)
+        runs[op.response_id] = (op.first_seq, data)
+        merged.append(AppendEvents(response_id=op.response_id, first_seq=op.first_seq, data=data))
+    return merged
 
 
 class Writer:
@@ -75,7 +100,7 @@ class Writer:
             ops, callbacks = self._ops, self._callbacks
             self._ops, self._callbacks = [], []
             if ops:
-                await self._write(ops)
+                await self._write(merge_appends(ops))
             for callback in callbacks:
                 try:
                     callback()
