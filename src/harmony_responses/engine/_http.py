@@ -498,6 +498,14 @@ class HTTPEngine(Engine):
                 f"{_excerpt(text)}, not {expected!r}; serve a gpt-oss (Harmony-format) model"
             )
 
+    async def pick_listed_model(self) -> None:
+        """``pick_model`` from the engine's OpenAI-style ``/v1/models``, adopting the model's ``max_model_len``."""
+        data = (await self.get_json("/v1/models")).get("data") or []
+        self.pick_model([m["id"] for m in data])
+        for m in data:
+            if m["id"] == self.model and isinstance(m.get("max_model_len"), int):
+                self.context_length = m["max_model_len"]
+
     def pick_model(self, served: list[str]) -> None:
         """Check ``--engine-model`` against the engine's model list, or adopt the engine's only model."""
         if self.model is not None:

@@ -136,12 +136,7 @@ class SGLangEngine(HTTPEngine):
 
     async def check(self) -> None:
         await self.get_ok("/health")
-        models = await self.get_json("/v1/models")
-        data = models.get("data") or []
-        self.pick_model([m["id"] for m in data])
-        for m in data:
-            if m["id"] == self.model and isinstance(m.get("max_model_len"), int):
-                self.context_length = m["max_model_len"]
+        await self.pick_listed_model()
         ids, _ = HARMONY_PROBE
         detokenized = await self.post_json("/detokenize", {"tokens": ids})
         text = detokenized.get("text") if isinstance(detokenized, dict) else None

@@ -161,12 +161,7 @@ class VLLMEngine(HTTPEngine):
 
     async def check(self) -> None:
         await self.get_ok("/health")
-        models = await self.get_json("/v1/models")
-        data = models.get("data") or []
-        self.pick_model([m["id"] for m in data])
-        for m in data:
-            if m["id"] == self.model and isinstance(m.get("max_model_len"), int):
-                self.context_length = m["max_model_len"]
+        await self.pick_listed_model()
         ids, _ = HARMONY_PROBE
         body: dict[str, Any] = {"tokens": ids}
         if self.model is not None:

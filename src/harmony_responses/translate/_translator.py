@@ -43,7 +43,6 @@ Event = dict[str, Any]
 # MCP tool name may take a few dozen. Past this many tokens without <|message|> the model is not writing a
 # header: text without <|channel|> is treated as a message's content, anything else fails the response.
 MAX_HEADER_TOKENS = 128
-_MESSAGE_TOKEN = 200008
 _CHANNEL_TOKEN = 200005
 _OTHER_ROLES = frozenset({"user", "system", "developer"})
 
