@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UNSUPPORTED_TOOL_TYPES", "is_web_search"]
+__all__ = ["NAME_PATTERN", "UNSUPPORTED_TOOL_TYPES", "is_web_search"]
+
+# OpenAI's pattern for function and response-format names. It also keeps names safe to splice into a Harmony
+# header (no spaces, no `<|...|>`): a recipient with a space would end the header's recipient early.
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 _WEB_SEARCH_TYPE = re.compile(r"^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$")
 

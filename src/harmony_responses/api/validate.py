@@ -24,12 +24,11 @@ false}`` with every request and must not get a 400). ``tool_choice`` may force t
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tool_types import UNSUPPORTED_TOOL_TYPES, is_web_search
+from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
 from ..tools.mcp import mcp_tool_problem
 from .errors import APIError
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
@@ -62,8 +61,6 @@ ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 SUPPORTED_TOOL_TYPES = ("function", "namespace", "web_search", "web_search_preview", "mcp", "code_interpreter")
 CODE_INTERPRETER_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 
-# The API's pattern for function and response-format names.
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 MAX_NAME_LENGTH = 64
 MIN_OUTPUT_TOKENS = 16
 MAX_TOP_LOGPROBS = 20

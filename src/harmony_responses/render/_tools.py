@@ -15,19 +15,14 @@ subset, and a forced call is a prefill of the assistant header that the model mu
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..tool_types import UNSUPPORTED_TOOL_TYPES, is_web_search
+from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
 from ._errors import RenderError
 from ._schema_ts import ToolSpec
 
 __all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools"]
-
-# OpenAI's pattern for function names. It also keeps names safe to splice into a Harmony header (no
-# spaces, no `<|...|>`): a recipient with a space would end the header's recipient early.
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 _SUPPORTED = "function, namespace, web_search, web_search_preview, code_interpreter and mcp"
 # Namespaces harmony and our system message already use; a developer namespace must not shadow them.
