@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -39,6 +40,11 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "respo
 LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
 # As in streaming.py: the longest a producer whose engine never waits keeps the event loop to itself.
 YIELD_INTERVAL = 0.002
+# How many events a producer may publish beyond what is durable before it waits for the writer. Events
+# are sent only once durable, so a producer running far ahead gains nothing, and with many streams
+# producing flat out it would keep the event loop from the writer's round (and from sending) until it
+# has produced everything: the rounds would become produce-all, commit, send-all instead of overlapping.
+MAX_LEAD = 256
 SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
 
 
@@ -75,7 +81,9 @@ class LiveResponse:
         self._writer = writer
         self._conversation_id = conversation_id
         self._conversation_items = list(conversation_items)
-        self.events: list[Event] = []
+        # The log as types and encoded JSON, not event dicts: thousands of dicts per stream held until the
+        # response ends would be scanned by every garbage collection (bytes and str are not).
+        self.types: list[str] = []
         self.encoded: list[bytes] = []
         self.durable = 0
         self.response: dict[str, Any] | None = None  # the Response as it stands: lifecycle + finished items
@@ -85,6 +93,9 @@ class LiveResponse:
         self.stop_reason: str | None = None
         self._changed = asyncio.Event()
         self._terminal_published = False
+        self._taken = 0  # events the writer has pulled (take)
+        self._response_changed = False  # self.response changed since the writer last pulled
+        self._terminal_taken = False
         self.on_closed: Callable[[LiveResponse], None] | None = None
 
     # ------------------------------------------------------------------ publishing (the producer)
@@ -95,28 +106,32 @@ class LiveResponse:
             self._writer.submit([op])
 
     def publish(self, events: list[Event]) -> None:
-        """Append events; they become visible to senders once committed."""
+        """Append events; they become visible to senders once committed (the writer pulls them: ``take``)."""
         if not events or self._terminal_published:
             return
-        assert events[0]["sequence_number"] == len(self.events), "events must continue the log without gaps"
-        encoded = [orjson.dumps(event) for event in events]
-        self.events.extend(events)
-        self.encoded.extend(encoded)
-        ops: list[Op] = []
-        if self.persist:
-            ops.append(AppendEvents(response_id=self.id, first_seq=events[0]["sequence_number"], data=encoded))
-        changed = False
+        assert events[0]["sequence_number"] == len(self.types), "events must continue the log without gaps"
+        self.encoded.extend([orjson.dumps(event) for event in events])
+        self.types.extend([event["type"] for event in events])
         for event in events:
             kind = event["type"]
             if kind in LIFECYCLE_EVENTS:
                 # A copy with its own output list: the event itself may still be sent, unchanged.
                 self.response = dict(event["response"], output=list(event["response"]["output"]))
-                changed = True
+                self._response_changed = True
             elif kind == "response.output_item.done" and self.response is not None:
                 self.response["output"].append(event["item"])
-                changed = True
-        terminal = events[-1]["type"] in TERMINAL_EVENTS
-        if self.persist and changed and self.response is not None:
+                self._response_changed = True
+        self._terminal_published = events[-1]["type"] in TERMINAL_EVENTS
+        self._writer.mark(self)
+
+    def take(self) -> tuple[list[Op], Callable[[], None]]:
+        """What was published since the writer's last round: one row of events, the response as it stands."""
+        start, count, terminal = self._taken, len(self.types), self._terminal_published
+        self._taken = count
+        ops: list[Op] = []
+        if self.persist and count > start:
+            ops.append(AppendEvents(response_id=self.id, first_seq=start, data=self.encoded[start:count]))
+        if self.persist and self._response_changed and self.response is not None:
             ops.append(
                 UpdateResponse(
                     id=self.id,
@@ -126,11 +141,11 @@ class LiveResponse:
                     finished=terminal,
                 )
             )
-        if terminal:
-            self._terminal_published = True
+        self._response_changed = False
+        if terminal and not self._terminal_taken:
+            self._terminal_taken = True
             ops.extend(self._terminal_ops())
-        count = len(self.events)
-        self._writer.submit(ops, lambda: self._committed(count, terminal))
+        return ops, functools.partial(self._committed, count, terminal)
 
     def _terminal_ops(self) -> list[Op]:
         assert self.response is not None
@@ -176,14 +191,14 @@ class LiveResponse:
         while self.durable <= position and not self.closed:
             await self._changed.wait()
 
-    async def follow(self, after: int = -1) -> AsyncIterator[tuple[list[Event], list[bytes]]]:
-        """Durable events with ``sequence_number > after``, in slices as they commit, up to the terminal."""
+    async def follow(self, after: int = -1) -> AsyncIterator[tuple[list[str], list[bytes]]]:
+        """Durable events (types, JSON) with ``sequence_number > after``, in slices as they commit, to the end."""
         position = after + 1
         while True:
             await self.wait_beyond(position)
             end = self.durable
             if end > position:
-                yield self.events[position:end], self.encoded[position:end]
+                yield self.types[position:end], self.encoded[position:end]
                 position = end
             elif self.closed:
                 return
@@ -231,7 +246,11 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
         async with contextlib.aclosing(run.batches()) as batches:
             async for batch in batches:
                 live.publish(batch)
-                if clock() - last_yield >= YIELD_INTERVAL:
+                if len(live.types) - live.durable > MAX_LEAD:
+                    # Too far ahead of the log: let the writer catch up (see MAX_LEAD).
+                    await live.wait_beyond(len(live.types) - MAX_LEAD // 2)
+                    last_yield = clock()
+                elif clock() - last_yield >= YIELD_INTERVAL:
                     await asyncio.sleep(0)
                     last_yield = clock()
     except asyncio.CancelledError:
@@ -267,17 +286,14 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
     events = translator.events()
     # Events dropped above (never published) leave a gap: renumber the end to continue the log.
     for offset, event in enumerate(events):
-        event["sequence_number"] = len(live.events) + offset
+        event["sequence_number"] = len(live.types) + offset
     live.publish(events)
 
 
-def sse_frames(events: Sequence[Event], encoded: Sequence[bytes]) -> bytes:
+def sse_frames(types: Sequence[str], encoded: Sequence[bytes]) -> bytes:
     """SSE for events whose JSON is already encoded (``sse.encode_event`` framing)."""
     return b"".join(
-        [
-            b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"
-            for event, data in zip(events, encoded, strict=True)
-        ]
+        [b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n" for kind, data in zip(types, encoded, strict=True)]
     )
 
 
@@ -311,8 +327,8 @@ class StoredRun:
         """The durable events, framed as SSE (from the JSON that was logged: no second encoding)."""
         live = self._live
         live.task = asyncio.get_running_loop().create_task(produce(live, self._run), name=f"produce-{live.id}")
-        async for events, encoded in live.follow():
-            yield sse_frames(events, encoded)
+        async for types, encoded in live.follow():
+            yield sse_frames(types, encoded)
         self.final = live.final
 
     async def aclose(self) -> None:

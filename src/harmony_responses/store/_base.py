@@ -40,6 +40,7 @@ __all__ = [
     "Page",
     "ProcessInfo",
     "Store",
+    "item_rows",
     "StoreError",
     "StoredResponse",
     "UpdateResponse",
@@ -160,6 +161,13 @@ class CreateConversation:
 
 
 Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConversation
+
+
+def item_rows(
+    parent: str, kind: str, owner: str, created_at: int, start: int, items: Sequence[tuple[str, bytes]]
+) -> list[tuple[Any, ...]]:
+    """Rows of the ``items`` table (parent, kind, position, id, owner, created_at, data), positions from ``start``."""
+    return [(parent, kind, start + i, item_id, owner, created_at, data) for i, (item_id, data) in enumerate(items)]
 
 
 def split_chunks(rows: Sequence[Any], after: int) -> list[tuple[int, bytes]]:

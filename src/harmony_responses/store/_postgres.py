@@ -33,6 +33,7 @@ from ._base import (
     StoredResponse,
     StoreError,
     UpdateResponse,
+    item_rows,
     split_chunks,
 )
 from ._migrations import LATEST, POSTGRES
@@ -125,18 +126,25 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ writes
 
     async def write(self, ops: Sequence[Op]) -> None:
+        # One statement per kind of row, each an executemany (pipelined: one round trip for all its rows),
+        # rather than a round trip per op: a round under load holds an update for each of dozens of
+        # streams. The order of kinds keeps what depends on what: a response's row exists before it is
+        # updated; a conversation exists (CreateConversation) before items are appended to it.
+        inserts: list[tuple[Any, ...]] = []
+        updates: list[tuple[Any, ...]] = []
         events: list[tuple[str, int, int, bytes]] = []
-        async with self._pool.acquire() as conn, conn.transaction():
-            for op in ops:
-                if isinstance(op, AppendEvents):
-                    if op.data:
-                        last = op.first_seq + len(op.data) - 1
-                        events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
-                elif isinstance(op, InsertResponse):
-                    r = op.record
-                    await conn.execute(
-                        f"INSERT INTO responses ({_RESPONSE_COLUMNS}, updated_at) "
-                        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+        items: list[tuple[Any, ...]] = []
+        conversations: list[CreateConversation] = []
+        appends: list[AppendItems] = []  # to conversations: positions come from the conversation's row
+        for op in ops:
+            if isinstance(op, AppendEvents):
+                if op.data:
+                    last = op.first_seq + len(op.data) - 1
+                    events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
+            elif isinstance(op, InsertResponse):
+                r = op.record
+                inserts.append(
+                    (
                         r.id,
                         r.owner,
                         r.created_at,
@@ -149,46 +157,32 @@ class PostgresStore(Store):
                         r.response,
                         op.updated_at,
                     )
-                    await self._insert_items(conn, r.id, "input", r.owner, r.created_at, 0, op.input_items)
-                elif isinstance(op, UpdateResponse):
-                    await conn.execute(
-                        "UPDATE responses SET status = $1, response = $2, updated_at = $3, "
-                        "process_id = CASE WHEN $4 THEN NULL ELSE process_id END WHERE id = $5",
-                        op.status,
-                        op.response,
-                        op.updated_at,
-                        op.finished,
-                        op.id,
-                    )
-                elif isinstance(op, AppendItems):
-                    start = 0
-                    if op.kind == "conversation":
-                        # The row lock this UPDATE takes orders concurrent appends to one conversation.
-                        next_position = await conn.fetchval(
-                            f"UPDATE conversations SET next_position = next_position + $1, updated_at = {NOW} "
-                            "WHERE id = $2 RETURNING next_position",
-                            len(op.items),
-                            op.parent,
-                        )
-                        if next_position is None:
-                            continue  # the conversation was deleted meanwhile
-                        start = next_position - len(op.items)
-                    await self._insert_items(conn, op.parent, op.kind, op.owner, op.created_at, start, op.items)
-                elif isinstance(op, CreateConversation):
-                    c = op.record
-                    await conn.execute(
-                        "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
-                        "VALUES ($1,$2,$3,$4,$5,$6)",
-                        c.id,
-                        c.owner,
-                        c.created_at,
-                        op.updated_at,
-                        orjson.dumps(c.metadata),
-                        len(op.items),
-                    )
-                    await self._insert_items(conn, c.id, "conversation", c.owner, c.created_at, 0, op.items)
-                else:  # pragma: no cover - Op is a closed union
-                    raise AssertionError(op)
+                )
+                items += item_rows(r.id, "input", r.owner, r.created_at, 0, op.input_items)
+            elif isinstance(op, UpdateResponse):
+                updates.append((op.status, op.response, op.updated_at, op.finished, op.id))
+            elif isinstance(op, AppendItems):
+                if op.kind == "conversation":
+                    appends.append(op)
+                else:
+                    items += item_rows(op.parent, op.kind, op.owner, op.created_at, 0, op.items)
+            elif isinstance(op, CreateConversation):
+                conversations.append(op)
+            else:  # pragma: no cover - Op is a closed union
+                raise AssertionError(op)
+        async with self._pool.acquire() as conn, conn.transaction():
+            if inserts:
+                await conn.executemany(
+                    f"INSERT INTO responses ({_RESPONSE_COLUMNS}, updated_at) "
+                    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+                    inserts,
+                )
+            if updates:
+                await conn.executemany(
+                    "UPDATE responses SET status = $1, response = $2, updated_at = $3, "
+                    "process_id = CASE WHEN $4 THEN NULL ELSE process_id END WHERE id = $5",
+                    updates,
+                )
             if events:
                 # ON CONFLICT: a batch retried after an ambiguous failure must not fail on what did commit.
                 await conn.executemany(
@@ -196,19 +190,36 @@ class PostgresStore(Store):
                     "ON CONFLICT DO NOTHING",
                     events,
                 )
-
-    @staticmethod
-    async def _insert_items(
-        conn: Any, parent: str, kind: str, owner: str, created_at: int, start: int, items: Sequence[tuple[str, bytes]]
-    ) -> None:
-        if items:
-            await conn.executemany(
-                "INSERT INTO items (parent, kind, position, id, owner, created_at, data) VALUES ($1,$2,$3,$4,$5,$6,$7)",
-                [
-                    (parent, kind, start + i, item_id, owner, created_at, data)
-                    for i, (item_id, data) in enumerate(items)
-                ],
-            )
+            for op in conversations:
+                c = op.record
+                await conn.execute(
+                    "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
+                    "VALUES ($1,$2,$3,$4,$5,$6)",
+                    c.id,
+                    c.owner,
+                    c.created_at,
+                    op.updated_at,
+                    orjson.dumps(c.metadata),
+                    len(op.items),
+                )
+                items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
+            for op in appends:
+                # The row lock this UPDATE takes orders concurrent appends to one conversation.
+                next_position = await conn.fetchval(
+                    f"UPDATE conversations SET next_position = next_position + $1, updated_at = {NOW} "
+                    "WHERE id = $2 RETURNING next_position",
+                    len(op.items),
+                    op.parent,
+                )
+                if next_position is not None:  # None: the conversation was deleted meanwhile
+                    start = next_position - len(op.items)
+                    items += item_rows(op.parent, op.kind, op.owner, op.created_at, start, op.items)
+            if items:
+                await conn.executemany(
+                    "INSERT INTO items (parent, kind, position, id, owner, created_at, data) "
+                    "VALUES ($1,$2,$3,$4,$5,$6,$7)",
+                    items,
+                )
 
     # ------------------------------------------------------------------ processes and recovery
 

@@ -40,6 +40,7 @@ from ._base import (
     StoredResponse,
     StoreError,
     UpdateResponse,
+    item_rows,
     split_chunks,
 )
 from ._migrations import LATEST, SQLITE
@@ -71,6 +72,13 @@ def _response(row: tuple[Any, ...]) -> StoredResponse:
         cancel_requested=bool(row[8]),
         response=bytes(row[9]),
     )
+
+
+def _insert_items(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    if rows:
+        conn.executemany(
+            "INSERT INTO items (parent, kind, position, id, owner, created_at, data) VALUES (?,?,?,?,?,?,?)", rows
+        )
 
 
 class SQLiteStore(Store):
@@ -190,7 +198,7 @@ class SQLiteStore(Store):
                             op.updated_at,
                         ),
                     )
-                    self._insert_items(conn, r.id, "input", r.owner, r.created_at, 0, op.input_items)
+                    _insert_items(conn, item_rows(r.id, "input", r.owner, r.created_at, 0, op.input_items))
                 elif isinstance(op, UpdateResponse):
                     conn.execute(
                         "UPDATE responses SET status = ?, response = ?, updated_at = ?, "
@@ -208,7 +216,7 @@ class SQLiteStore(Store):
                         if row is None:
                             continue  # the conversation was deleted meanwhile
                         start = row[0] - len(op.items)
-                    self._insert_items(conn, op.parent, op.kind, op.owner, op.created_at, start, op.items)
+                    _insert_items(conn, item_rows(op.parent, op.kind, op.owner, op.created_at, start, op.items))
                 elif isinstance(op, CreateConversation):
                     c = op.record
                     conn.execute(
@@ -216,7 +224,7 @@ class SQLiteStore(Store):
                         "VALUES (?,?,?,?,?,?)",
                         (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items)),
                     )
-                    self._insert_items(conn, c.id, "conversation", c.owner, c.created_at, 0, op.items)
+                    _insert_items(conn, item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items))
                 else:  # pragma: no cover - Op is a closed union
                     raise AssertionError(op)
             if events:
@@ -228,25 +236,6 @@ class SQLiteStore(Store):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-
-    @staticmethod
-    def _insert_items(
-        conn: sqlite3.Connection,
-        parent: str,
-        kind: str,
-        owner: str,
-        created_at: int,
-        start: int,
-        items: Sequence[tuple[str, bytes]],
-    ) -> None:
-        if items:
-            conn.executemany(
-                "INSERT INTO items (parent, kind, position, id, owner, created_at, data) VALUES (?,?,?,?,?,?,?)",
-                [
-                    (parent, kind, start + i, item_id, owner, created_at, data)
-                    for i, (item_id, data) in enumerate(items)
-                ],
-            )
 
     def _transaction(self, conn: sqlite3.Connection, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> int:
         """Run statements in one write transaction; returns the first statement's row count."""

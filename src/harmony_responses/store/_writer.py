@@ -1,9 +1,14 @@
 """Group commit for the event logs: every stream's writes go into one transaction per round.
 
-Streams call ``submit(ops, done)`` and carry on; one task writes whatever has accumulated, in one
-transaction, then calls each ``done`` in submission order. While a round is being written, new work
-piles up for the next round, so the number of transactions adapts to the load: one per event when the
-server is idle (lowest latency), one per few hundred or thousand events under load (never one per token).
+Two ways in. ``submit(ops, done)`` queues ops for the next round. A *source* (a stored response's event
+log, ``api/live.py``) instead says ``mark(source)`` when it has something new, and the writer pulls from
+it (``source.take()``) when the round starts: whatever it published since its last round, one row of
+events and at most one response update however many chunks that was. Pulling keeps the per-token cost
+at appending to a list: no op, merge or callback per chunk. One task writes each round in one transaction
+(queued ops first, then the sources', so a response's insert precedes its events), then calls each
+``done`` in order. While a round is being written the next one accumulates, so the number of transactions
+adapts to the load: one per event when the server is idle (lowest latency), one per few thousand events
+under load (never one per token).
 
 ``done`` is how a stream learns that its events are durable: the API sends a stored response's events
 only once they are (``api/live.py``), so a stream resumed from the log, even after a crash, is exactly
@@ -19,39 +24,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ._base import AppendEvents, Op, Store
 
-__all__ = ["Writer", "merge_appends"]
+__all__ = ["Source", "Writer"]
 
 logger = logging.getLogger("harmony_responses.store")
 
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
 
 
-def merge_appends(ops: list[Op]) -> list[Op]:
-    """One ``AppendEvents`` per response and run of appends: a row per response per round, not per chunk.
+class Source(Protocol):
+    """Something with writes pending, pulled once per round (see the module docstring)."""
 
-    A stream submits one op per engine chunk (often one token), so a round under load holds thousands of
-    small appends; written as they come they cost a row each. An append that continues the previous one of
-    the same response (``first_seq`` follows on) joins it. Any other kind of op ends the runs, so that no
-    event moves past an insert, update or delete.
-    """
-    merged: list[Op] = []
-    runs: dict[str, tuple[int, list[bytes]]] = {}  # response id -> (first_seq, data) of the run being extended
-    for op in ops:
-        if not isinstance(op, AppendEvents):
-            runs.clear()
-            merged.append(op)
-            continue
-        run = runs.get(op.response_id)
-        if run is not None and run[0] + len(run[1]) == op.first_seq:
-            run[1].extend(op.data)  # the merged op holds this very list
-            continue
-        data = list(op.data)
-        runs[op.response_id] = (op.first_seq, data)
-        merged.append(AppendEvents(response_id=op.response_id, first_seq=op.first_seq, data=data))
-    return merged
+    def take(self) -> tuple[Sequence[Op], Callable[[], None] | None]:
+        """The ops written since the last ``take``, and what to call once they are committed."""
+        ...
 
 
 class Writer:
@@ -61,6 +50,7 @@ class Writer:
         self._store = store
         self._ops: list[Op] = []
         self._callbacks: list[Callable[[], None]] = []
+        self._sources: dict[Source, None] = {}  # marked since the last round, in order (a dict: no duplicates)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # transactions written, for the benchmark and tests
@@ -75,6 +65,12 @@ class Writer:
         if done is not None:
             self._callbacks.append(done)
         self._wakeup.set()
+
+    def mark(self, source: Source) -> None:
+        """``source`` has new writes: pull them at the start of the next round."""
+        if source not in self._sources:
+            self._sources[source] = None
+            self._wakeup.set()
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is committed."""
@@ -97,10 +93,19 @@ class Writer:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            ops, callbacks = self._ops, self._callbacks
-            self._ops, self._callbacks = [], []
+            ops, callbacks, sources = self._ops, self._callbacks, self._sources
+            self._ops, self._callbacks, self._sources = [], [], {}
+            for source in sources:
+                try:
+                    more, done = source.take()
+                except Exception:  # one stream's bug must not stop the writer of all streams
+                    logger.exception("store writer source failed")
+                    continue
+                ops.extend(more)
+                if done is not None:
+                    callbacks.append(done)
             if ops:
-                await self._write(merge_appends(ops))
+                await self._write(ops)
             for callback in callbacks:
                 try:
                     callback()
