@@ -10,14 +10,18 @@ from typing import Any
 
 import orjson
 
-__all__ = ["encode_event"]
+__all__ = ["encode_event", "frame"]
 
 _EVENT_PREFIX: dict[str, bytes] = {}
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    type_ = event["type"]
+    return frame(event["type"], orjson.dumps(event))
+
+
+def frame(type_: str, data: bytes) -> bytes:
+    """The SSE frame of an event of type ``type_`` whose JSON is ``data``."""
     prefix = _EVENT_PREFIX.get(type_)
     if prefix is None:
         prefix = _EVENT_PREFIX[type_] = b"event: " + type_.encode() + b"\ndata: "
-    return prefix + orjson.dumps(event) + b"\n\n"
+    return prefix + data + b"\n\n"

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
 from .run import ResponseRun
 
@@ -110,10 +111,11 @@ class LiveResponse:
         if not events or self._terminal_published:
             return
         assert events[0]["sequence_number"] == len(self.types), "events must continue the log without gaps"
-        self.encoded.extend([orjson.dumps(event) for event in events])
-        self.types.extend([event["type"] for event in events])
+        types, encoded = self.types, self.encoded
         for event in events:
             kind = event["type"]
+            types.append(kind)
+            encoded.append(orjson.dumps(event))
             if kind in LIFECYCLE_EVENTS:
                 # A copy with its own output list: the event itself may still be sent, unchanged.
                 self.response = dict(event["response"], output=list(event["response"]["output"]))
@@ -292,9 +294,7 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
 
 def sse_frames(types: Sequence[str], encoded: Sequence[bytes]) -> bytes:
     """SSE for events whose JSON is already encoded (``sse.encode_event`` framing)."""
-    return b"".join(
-        [b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n" for kind, data in zip(types, encoded, strict=True)]
-    )
+    return b"".join([frame(kind, data) for kind, data in zip(types, encoded, strict=True)])
 
 
 class StoredRun:

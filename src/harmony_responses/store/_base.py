@@ -39,6 +39,8 @@ __all__ = [
     "Op",
     "Page",
     "ProcessInfo",
+    "RESPONSE_COLUMNS",
+    "Rows",
     "Store",
     "item_rows",
     "StoreError",
@@ -163,11 +165,80 @@ class CreateConversation:
 Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConversation
 
 
+# A StoredResponse's columns, in its field order (the row also has ``updated_at``).
+RESPONSE_COLUMNS = (
+    "id, owner, created_at, status, background, previous_response_id, conversation_id, process_id, "
+    "cancel_requested, response"
+)
+
+
 def item_rows(
     parent: str, kind: str, owner: str, created_at: int, start: int, items: Sequence[tuple[str, bytes]]
 ) -> list[tuple[Any, ...]]:
     """Rows of the ``items`` table (parent, kind, position, id, owner, created_at, data), positions from ``start``."""
     return [(parent, kind, start + i, item_id, owner, created_at, data) for i, (item_id, data) in enumerate(items)]
+
+
+@dataclass(slots=True)
+class Rows:
+    """A write's ops as rows, one list per statement, in the order the statements must run.
+
+    A store writes each list with one statement (PostgreSQL: a pipelined executemany; SQLite: one
+    multi-row statement), not one per op: a round under load holds events and an update for each of
+    dozens of streams. The order keeps what depends on what: responses are inserted before they are
+    updated, conversations created before items are appended to them. Conversation appends take their
+    positions from the conversation's row, so they stay ops; their items join ``items`` once placed.
+    """
+
+    responses: list[tuple[Any, ...]] = field(default_factory=list)  # RESPONSE_COLUMNS, updated_at
+    updates: list[tuple[Any, ...]] = field(default_factory=list)  # (status, response, updated_at, finished, id)
+    events: list[tuple[str, int, int, bytes]] = field(default_factory=list)  # (response_id, seq, last_seq, data)
+    conversations: list[CreateConversation] = field(default_factory=list)
+    appends: list[AppendItems] = field(default_factory=list)  # to conversations
+    items: list[tuple[Any, ...]] = field(default_factory=list)  # item_rows
+
+    @classmethod
+    def of(cls, ops: Sequence[Op]) -> Rows:
+        rows = cls()
+        updates: dict[str, tuple[Any, ...]] = {}  # the last update of each response wins: each is a snapshot
+        for op in ops:
+            if isinstance(op, AppendEvents):
+                if op.data:
+                    last = op.first_seq + len(op.data) - 1
+                    rows.events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
+            elif isinstance(op, InsertResponse):
+                r = op.record
+                rows.responses.append(
+                    (
+                        r.id,
+                        r.owner,
+                        r.created_at,
+                        r.status,
+                        r.background,
+                        r.previous_response_id,
+                        r.conversation_id,
+                        r.process_id,
+                        r.cancel_requested,
+                        r.response,
+                        op.updated_at,
+                    )
+                )
+                rows.items += item_rows(r.id, "input", r.owner, r.created_at, 0, op.input_items)
+            elif isinstance(op, UpdateResponse):
+                finished = op.finished or (op.id in updates and updates[op.id][3])
+                updates.pop(op.id, None)
+                updates[op.id] = (op.status, op.response, op.updated_at, finished, op.id)
+            elif isinstance(op, AppendItems):
+                if op.kind == "conversation":
+                    rows.appends.append(op)
+                else:
+                    rows.items += item_rows(op.parent, op.kind, op.owner, op.created_at, 0, op.items)
+            elif isinstance(op, CreateConversation):
+                rows.conversations.append(op)
+            else:  # pragma: no cover - Op is a closed union
+                raise AssertionError(op)
+        rows.updates = list(updates.values())
+        return rows
 
 
 def split_chunks(rows: Sequence[Any], after: int) -> list[tuple[int, bytes]]:

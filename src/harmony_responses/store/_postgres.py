@@ -19,20 +19,17 @@ from typing import Any, Literal
 import orjson
 
 from ._base import (
+    RESPONSE_COLUMNS,
     ActiveResponse,
-    AppendEvents,
-    AppendItems,
     ConversationRecord,
-    CreateConversation,
-    InsertResponse,
     ItemKind,
     Op,
     Page,
     ProcessInfo,
+    Rows,
     Store,
     StoredResponse,
     StoreError,
-    UpdateResponse,
     item_rows,
     split_chunks,
 )
@@ -44,11 +41,6 @@ __all__ = ["PostgresStore"]
 MIGRATION_LOCK = 0x48524553  # "HRES"
 POOL_MAX = 10
 NOW = "extract(epoch from clock_timestamp())"
-
-_RESPONSE_COLUMNS = (
-    "id, owner, created_at, status, background, previous_response_id, conversation_id, process_id, "
-    "cancel_requested, response"
-)
 
 
 def _response(row: Any) -> StoredResponse:
@@ -126,71 +118,29 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ writes
 
     async def write(self, ops: Sequence[Op]) -> None:
-        # One statement per kind of row, each an executemany (pipelined: one round trip for all its rows),
-        # rather than a round trip per op: a round under load holds an update for each of dozens of
-        # streams. The order of kinds keeps what depends on what: a response's row exists before it is
-        # updated; a conversation exists (CreateConversation) before items are appended to it.
-        inserts: list[tuple[Any, ...]] = []
-        updates: list[tuple[Any, ...]] = []
-        events: list[tuple[str, int, int, bytes]] = []
-        items: list[tuple[Any, ...]] = []
-        conversations: list[CreateConversation] = []
-        appends: list[AppendItems] = []  # to conversations: positions come from the conversation's row
-        for op in ops:
-            if isinstance(op, AppendEvents):
-                if op.data:
-                    last = op.first_seq + len(op.data) - 1
-                    events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
-            elif isinstance(op, InsertResponse):
-                r = op.record
-                inserts.append(
-                    (
-                        r.id,
-                        r.owner,
-                        r.created_at,
-                        r.status,
-                        r.background,
-                        r.previous_response_id,
-                        r.conversation_id,
-                        r.process_id,
-                        r.cancel_requested,
-                        r.response,
-                        op.updated_at,
-                    )
-                )
-                items += item_rows(r.id, "input", r.owner, r.created_at, 0, op.input_items)
-            elif isinstance(op, UpdateResponse):
-                updates.append((op.status, op.response, op.updated_at, op.finished, op.id))
-            elif isinstance(op, AppendItems):
-                if op.kind == "conversation":
-                    appends.append(op)
-                else:
-                    items += item_rows(op.parent, op.kind, op.owner, op.created_at, 0, op.items)
-            elif isinstance(op, CreateConversation):
-                conversations.append(op)
-            else:  # pragma: no cover - Op is a closed union
-                raise AssertionError(op)
+        rows = Rows.of(ops)  # one pipelined executemany per kind of row: a round trip each, not one per op
         async with self._pool.acquire() as conn, conn.transaction():
-            if inserts:
+            if rows.responses:
                 await conn.executemany(
-                    f"INSERT INTO responses ({_RESPONSE_COLUMNS}, updated_at) "
+                    f"INSERT INTO responses ({RESPONSE_COLUMNS}, updated_at) "
                     "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
-                    inserts,
+                    rows.responses,
                 )
-            if updates:
+            if rows.updates:
                 await conn.executemany(
                     "UPDATE responses SET status = $1, response = $2, updated_at = $3, "
                     "process_id = CASE WHEN $4 THEN NULL ELSE process_id END WHERE id = $5",
-                    updates,
+                    rows.updates,
                 )
-            if events:
+            if rows.events:
                 # ON CONFLICT: a batch retried after an ambiguous failure must not fail on what did commit.
                 await conn.executemany(
                     "INSERT INTO events (response_id, seq, last_seq, data) VALUES ($1, $2, $3, $4) "
                     "ON CONFLICT DO NOTHING",
-                    events,
+                    rows.events,
                 )
-            for op in conversations:
+            items = rows.items
+            for op in rows.conversations:
                 c = op.record
                 await conn.execute(
                     "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
@@ -203,17 +153,17 @@ class PostgresStore(Store):
                     len(op.items),
                 )
                 items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
-            for op in appends:
+            for add in rows.appends:
                 # The row lock this UPDATE takes orders concurrent appends to one conversation.
                 next_position = await conn.fetchval(
                     f"UPDATE conversations SET next_position = next_position + $1, updated_at = {NOW} "
                     "WHERE id = $2 RETURNING next_position",
-                    len(op.items),
-                    op.parent,
+                    len(add.items),
+                    add.parent,
                 )
                 if next_position is not None:  # None: the conversation was deleted meanwhile
-                    start = next_position - len(op.items)
-                    items += item_rows(op.parent, op.kind, op.owner, op.created_at, start, op.items)
+                    start = next_position - len(add.items)
+                    items += item_rows(add.parent, add.kind, add.owner, add.created_at, start, add.items)
             if items:
                 await conn.executemany(
                     "INSERT INTO items (parent, kind, position, id, owner, created_at, data) "
@@ -261,7 +211,7 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ responses
 
     async def get_response(self, response_id: str, owner: str | None) -> StoredResponse | None:
-        row = await self._pool.fetchrow(f"SELECT {_RESPONSE_COLUMNS} FROM responses WHERE id = $1", response_id)
+        row = await self._pool.fetchrow(f"SELECT {RESPONSE_COLUMNS} FROM responses WHERE id = $1", response_id)
         if row is None or (owner is not None and row[1] != owner):
             return None
         return _response(row)

@@ -26,20 +26,17 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from ._base import (
+    RESPONSE_COLUMNS,
     ActiveResponse,
-    AppendEvents,
-    AppendItems,
     ConversationRecord,
-    CreateConversation,
-    InsertResponse,
     ItemKind,
     Op,
     Page,
     ProcessInfo,
+    Rows,
     Store,
     StoredResponse,
     StoreError,
-    UpdateResponse,
     item_rows,
     split_chunks,
 )
@@ -52,11 +49,6 @@ T = TypeVar("T")
 DB_FILE = "responses.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
 READ_THREADS = 2
-
-_RESPONSE_COLUMNS = (
-    "id, owner, created_at, status, background, previous_response_id, conversation_id, process_id, "
-    "cancel_requested, response"
-)
 
 
 def _response(row: tuple[Any, ...]) -> StoredResponse:
@@ -74,11 +66,22 @@ def _response(row: tuple[Any, ...]) -> StoredResponse:
     )
 
 
-def _insert_items(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    if rows:
-        conn.executemany(
-            "INSERT INTO items (parent, kind, position, id, owner, created_at, data) VALUES (?,?,?,?,?,?,?)", rows
-        )
+def _insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[tuple[Any, ...]], tail: str = "") -> None:
+    """``head VALUES (…), (…), … tail``: many rows in as few statements as SQLite's variable limit allows.
+
+    Why not ``executemany``: it steps once per row, and the sqlite3 module releases the GIL for each step
+    and must take it back afterwards. In the writer's thread, with the event loop busy, every retake
+    waits up to the interpreter's switch interval (5 ms), so a round of 60 rows took 100 ms instead of 10
+    and the streams waiting for it stalled. One statement is one step.
+    """
+    if not rows:
+        return
+    width = len(rows[0])
+    per_statement = max(1, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width)
+    group = "(" + ",".join("?" * width) + ")"
+    for at in range(0, len(rows), per_statement):
+        chunk = rows[at : at + per_statement]
+        conn.execute(f"{head} VALUES {','.join([group] * len(chunk))} {tail}", [v for row in chunk for v in row])
 
 
 class SQLiteStore(Store):
@@ -169,69 +172,44 @@ class SQLiteStore(Store):
     # ------------------------------------------------------------------ writes
 
     async def write(self, ops: Sequence[Op]) -> None:
-        await self._write_call(lambda conn: self._write(conn, ops))
+        # The rows are built here, not in the writer's thread: Python work there holds the GIL in
+        # switch-interval slices against the event loop; SQLite itself runs without it.
+        rows = Rows.of(ops)
+        await self._write_call(lambda conn: self._write(conn, rows))
 
-    def _write(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
+    def _write(self, conn: sqlite3.Connection, rows: Rows) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            events: list[tuple[str, int, int, bytes]] = []
-            for op in ops:
-                if isinstance(op, AppendEvents):
-                    if op.data:
-                        last = op.first_seq + len(op.data) - 1
-                        events.append((op.response_id, op.first_seq, last, b"\n".join(op.data)))
-                elif isinstance(op, InsertResponse):
-                    r = op.record
-                    conn.execute(
-                        f"INSERT INTO responses ({_RESPONSE_COLUMNS}, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            r.id,
-                            r.owner,
-                            r.created_at,
-                            r.status,
-                            r.background,
-                            r.previous_response_id,
-                            r.conversation_id,
-                            r.process_id,
-                            r.cancel_requested,
-                            r.response,
-                            op.updated_at,
-                        ),
-                    )
-                    _insert_items(conn, item_rows(r.id, "input", r.owner, r.created_at, 0, op.input_items))
-                elif isinstance(op, UpdateResponse):
-                    conn.execute(
-                        "UPDATE responses SET status = ?, response = ?, updated_at = ?, "
-                        "process_id = CASE WHEN ? THEN NULL ELSE process_id END WHERE id = ?",
-                        (op.status, op.response, op.updated_at, op.finished, op.id),
-                    )
-                elif isinstance(op, AppendItems):
-                    start = 0
-                    if op.kind == "conversation":
-                        row = conn.execute(
-                            "UPDATE conversations SET next_position = next_position + ?, updated_at = ? "
-                            "WHERE id = ? RETURNING next_position",
-                            (len(op.items), time.time(), op.parent),
-                        ).fetchone()
-                        if row is None:
-                            continue  # the conversation was deleted meanwhile
-                        start = row[0] - len(op.items)
-                    _insert_items(conn, item_rows(op.parent, op.kind, op.owner, op.created_at, start, op.items))
-                elif isinstance(op, CreateConversation):
-                    c = op.record
-                    conn.execute(
-                        "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
-                        "VALUES (?,?,?,?,?,?)",
-                        (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items)),
-                    )
-                    _insert_items(conn, item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items))
-                else:  # pragma: no cover - Op is a closed union
-                    raise AssertionError(op)
-            if events:
-                # OR IGNORE: a batch retried after an ambiguous failure must not fail on what did commit.
-                conn.executemany(
-                    "INSERT OR IGNORE INTO events (response_id, seq, last_seq, data) VALUES (?, ?, ?, ?)", events
+            _insert_rows(conn, f"INSERT INTO responses ({RESPONSE_COLUMNS}, updated_at)", rows.responses)
+            if rows.updates:
+                _insert_rows(
+                    conn,
+                    "WITH u(status, response, updated_at, finished, id) AS (",
+                    rows.updates,
+                    ") UPDATE responses SET status = u.status, response = u.response, updated_at = u.updated_at, "
+                    "process_id = CASE WHEN u.finished THEN NULL ELSE process_id END FROM u WHERE responses.id = u.id",
                 )
+            # OR IGNORE: a batch retried after an ambiguous failure must not fail on what did commit.
+            _insert_rows(conn, "INSERT OR IGNORE INTO events (response_id, seq, last_seq, data)", rows.events)
+            items = rows.items
+            for op in rows.conversations:
+                c = op.record
+                conn.execute(
+                    "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
+                    "VALUES (?,?,?,?,?,?)",
+                    (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items)),
+                )
+                items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
+            for add in rows.appends:
+                row = conn.execute(
+                    "UPDATE conversations SET next_position = next_position + ?, updated_at = ? "
+                    "WHERE id = ? RETURNING next_position",
+                    (len(add.items), time.time(), add.parent),
+                ).fetchone()
+                if row is not None:  # None: the conversation was deleted meanwhile
+                    start = row[0] - len(add.items)
+                    items += item_rows(add.parent, add.kind, add.owner, add.created_at, start, add.items)
+            _insert_rows(conn, "INSERT INTO items (parent, kind, position, id, owner, created_at, data)", items)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -297,7 +275,7 @@ class SQLiteStore(Store):
 
     async def get_response(self, response_id: str, owner: str | None) -> StoredResponse | None:
         def query(conn: sqlite3.Connection) -> StoredResponse | None:
-            row = conn.execute(f"SELECT {_RESPONSE_COLUMNS} FROM responses WHERE id = ?", (response_id,)).fetchone()
+            row = conn.execute(f"SELECT {RESPONSE_COLUMNS} FROM responses WHERE id = ?", (response_id,)).fetchone()
             if row is None or (owner is not None and row[1] != owner):
                 return None
             return _response(row)

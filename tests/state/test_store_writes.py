@@ -1,0 +1,84 @@
+"""One store write (a writer round) holding more rows than one statement can carry, on SQLite and PostgreSQL.
+
+Each store writes a round with one statement per kind of row (store/_base.py ``Rows``); SQLite splits
+rows across statements at its variable limit. Nothing may be lost or reordered at those seams, and a
+round's updates of one response end as its last one says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from harmony_responses.store import (
+    AppendEvents,
+    AppendItems,
+    InsertResponse,
+    StoredResponse,
+    UpdateResponse,
+    store_from_spec,
+)
+
+OWNER = "key"
+
+
+def record(response_id: str) -> StoredResponse:
+    return StoredResponse(
+        id=response_id,
+        owner=OWNER,
+        created_at=1,
+        status="in_progress",
+        background=True,
+        previous_response_id=None,
+        conversation_id=None,
+        process_id="proc",
+        cancel_requested=False,
+        response=b"{}",
+    )
+
+
+def item(n: int) -> tuple[str, bytes]:
+    return f"msg_{n:05d}", orjson.dumps({"id": f"msg_{n:05d}", "type": "message", "role": "user", "content": []})
+
+
+def test_a_round_larger_than_one_statement_is_written_whole(store_spec: str) -> None:
+    async def run() -> None:
+        store = store_from_spec(store_spec)
+        await store.open()
+        try:
+            # 9,000 responses (events rows: more than SQLite's 32,766 variables / 4 columns) and 5,000 input
+            # items of one of them (more than 32,766 / 7), all in one write, as a loaded writer round is.
+            ids = [f"resp_{n:05d}" for n in range(9_000)]
+            ops: list = [
+                InsertResponse(record=record(ids[0]), updated_at=1.0, input_items=[item(n) for n in range(5_000)])
+            ]
+            ops += [InsertResponse(record=record(rid), updated_at=1.0) for rid in ids[1:]]
+            ops += [AppendEvents(response_id=rid, first_seq=0, data=[b'{"n":0}', b'{"n":1}']) for rid in ids]
+            ops += [
+                UpdateResponse(id=ids[0], status="in_progress", response=b'{"v":1}', updated_at=2.0),
+                AppendEvents(response_id=ids[0], first_seq=2, data=[b'{"n":2}']),
+                UpdateResponse(id=ids[0], status="completed", response=b'{"v":2}', updated_at=3.0, finished=True),
+                AppendItems(parent=ids[0], kind="output", owner=OWNER, created_at=1, items=[item(9_999)]),
+            ]
+            await store.write(ops)
+
+            first = await store.get_response(ids[0], OWNER)
+            assert first is not None and first.status == "completed" and first.response == b'{"v":2}'
+            assert first.process_id is None  # finished: released from its process
+            assert await store.read_events(ids[0], after=-1, limit=100) == [
+                (0, b'{"n":0}'),
+                (1, b'{"n":1}'),
+                (2, b'{"n":2}'),
+            ]
+            last = await store.get_response(ids[-1], OWNER)
+            assert last is not None and last.status == "in_progress" and last.process_id == "proc"
+            assert [seq for seq, _ in await store.read_events(ids[-1], after=-1, limit=100)] == [0, 1]
+
+            inputs = await store.all_items(ids[0], "input")
+            assert [i["id"] for i in inputs] == [f"msg_{n:05d}" for n in range(5_000)]
+            assert [i["id"] for i in await store.all_items(ids[0], "output")] == ["msg_09999"]
+        finally:
+            await store.aclose()
+
+    asyncio.run(run())
