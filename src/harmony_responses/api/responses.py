@@ -47,6 +47,11 @@ __all__ = ["Services", "create_response", "model_not_found", "read_json_body"]
 
 logger = logging.getLogger("harmony_responses.api")
 
+# Requests up to this size (JSON bytes, conversation included) are rendered on the event loop: a few
+# hundred microseconds at most, less than handing them to a worker thread costs, and most of their
+# messages come from the render cache anyway (render/_cache.py).
+INLINE_RENDER_BYTES = 8_192
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Services:
@@ -222,16 +227,20 @@ async def create_response(request: Request) -> ASGIApp:
     mcp = await _prepare_mcp(model_request, config)  # lists the MCP servers' tools: the prompt declares them
     for session in mcp.sessions:
         tool_sessions.add(session)
-    # Rendering a long conversation takes milliseconds per thousand tokens: keep it off the event loop.
-    rendered = await anyio.to_thread.run_sync(
-        functools.partial(
-            render_to_fit,
-            model_request,
-            functools.partial(_render, config=config, python_description=containers.description()),
-            context_window=config.context_window,
-            truncation=options.truncation,
-        )
+    render = functools.partial(
+        render_to_fit,
+        model_request,
+        functools.partial(_render, config=config, python_description=containers.description()),
+        context_window=config.context_window,
+        truncation=options.truncation,
     )
+    if len(orjson.dumps(model_request)) <= INLINE_RENDER_BYTES:
+        rendered = render()
+    else:
+        # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
+        # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
+        # back every switch interval instead of waiting for the whole render.)
+        rendered = await anyio.to_thread.run_sync(render)
     try:
         mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
     except McpRequestError as exc:

@@ -1,10 +1,11 @@
 """``render_request``: a Responses API request (JSON-decoded dict) → Harmony prompt token ids.
 
-Owns the orchestration and the token-level assembly. The system message is rendered on its own with
+Owns the orchestration and the token-level assembly. Each message is rendered on its own, through the
+cache of rendered messages (``_cache``): the system message with
 ``RenderOptions(conversation_has_function_tools=...)`` because our function declarations are pre-rendered
-text (see ``_schema_ts``), which harmony's own detection of function tools cannot see; the rest of the
-conversation is rendered with ``auto_drop_analysis=False`` because ``_history`` already dropped the chain
-of thought of completed turns, correctly (harmony's rule drops only before the first final message).
+text (see ``_schema_ts``), which harmony's own detection of function tools cannot see; the others as
+harmony renders a conversation with ``auto_drop_analysis=False``, because ``_history`` already dropped the
+chain of thought of completed turns, correctly (harmony's rule drops only before the first final message).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from openai_harmony import Conversation, RenderConversationConfig, RenderOptions, Role
+from openai_harmony import Conversation, Role
 
 from harmony_responses.vocab import load_encoding
 
+from ._cache import MessageCache
 from ._developer import build_developer_message, instructions_text
 from ._errors import RenderError
 from ._history import Location, PendingMcpCall, build_history
@@ -25,7 +27,8 @@ from ._tools import apply_tool_choice, parse_tools
 
 __all__ = ["RenderedPrompt", "render_request"]
 
-_NO_AUTO_DROP = RenderConversationConfig(auto_drop_analysis=False)
+# Rendered messages of this process's requests (render/_cache.py).
+MESSAGES = MessageCache()
 
 
 @dataclass(frozen=True)
@@ -106,15 +109,16 @@ def render_request(
     rest = ([developer] if developer is not None else []) + history.messages
 
     encoding = load_encoding()
-    token_ids = encoding.render(system, RenderOptions(conversation_has_function_tools=bool(tools.functions)))
+    # Message by message, through the cache: the conversation's rendering is their concatenation (with
+    # auto_drop_analysis off), and most of a request's messages were rendered for an earlier request.
+    token_ids = MESSAGES.render(encoding, system, function_tools=bool(tools.functions))
+    for message in rest:
+        token_ids += MESSAGES.render(encoding, message)
     if history.pending_mcp_call is not None:
         # The conversation ends with the approved call (…<|call|>): its result comes next, then the assistant.
-        token_ids += encoding.render_conversation(Conversation.from_messages(rest), _NO_AUTO_DROP)
         prefill = None
     else:
-        token_ids += encoding.render_conversation_for_completion(
-            Conversation.from_messages(rest), Role.ASSISTANT, _NO_AUTO_DROP
-        )
+        token_ids += MESSAGES.completion_suffix(encoding, Role.ASSISTANT)
     prefill_ids = encoding.encode(prefill, allowed_special="all") if prefill else []
     return RenderedPrompt(
         token_ids=token_ids + prefill_ids,
