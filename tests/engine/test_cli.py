@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import socket
 import subprocess
@@ -111,7 +112,7 @@ def test_serve_says_clearly_when_the_engine_cannot_serve() -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last == (
         f"harmony-responses serve: the engine cannot serve: vllm at http://127.0.0.1:{port}: cannot connect "
-        "(All connection attempts failed)"
+        f"([Errno {errno.ECONNREFUSED}] Connect call failed ('127.0.0.1', {port}))"
     )
     with run_fake(VLLMFake(detokenize_ok=False)) as fake:
         done = _serve("--engine", "vllm", "--engine-url", fake.url)

@@ -1,13 +1,19 @@
-"""The error tree: every httpx exception mapped, stop ids settled, start-up checks that say what is wrong."""
+"""The error tree: every aiohttp exception mapped, stop ids settled, start-up checks that say what is wrong."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import socket
+import ssl
 
-import httpx
+import aiohttp
+import aiohttp.client_exceptions
+import aiohttp.http_exceptions
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from harmony_responses.api.errors import to_api_error
 from harmony_responses.engine import (
@@ -21,40 +27,74 @@ from harmony_responses.engine import (
     GenerateRequest,
     engine_from_spec,
 )
-from harmony_responses.engine._http import HTTPX_ERRORS, map_errors, refused, settle_stop
+from harmony_responses.engine._http import CLIENT_ERRORS, map_errors, refused, settle_stop
 
 from .fakes import FAKES, VLLMFake, harmony, run_fake
 
-HTTPX_EXCEPTIONS = [
-    cls for name in httpx.__all__ if inspect.isclass(cls := getattr(httpx, name)) and issubclass(cls, Exception)
-]
+
+def _exported(module: object) -> set[type[Exception]]:
+    names = getattr(module, "__all__", ())
+    # Warnings (multipart's BadContentDisposition*) are Exception subclasses that aiohttp warns, never raises.
+    return {
+        cls
+        for name in names
+        if inspect.isclass(cls := getattr(module, name)) and issubclass(cls, Exception) and not issubclass(cls, Warning)
+    }
 
 
-def test_every_httpx_exception_is_mapped() -> None:
-    assert HTTPX_EXCEPTIONS, "httpx exports no exceptions?"
-    unmapped = [cls.__name__ for cls in HTTPX_EXCEPTIONS if cls not in HTTPX_ERRORS]
+AIOHTTP_EXCEPTIONS = sorted(
+    _exported(aiohttp) | _exported(aiohttp.client_exceptions) | _exported(aiohttp.http_exceptions),
+    key=lambda c: c.__name__,
+)
+
+KEY = ConnectionKey("x", 8000, False, True, None, None, None)
+INFO = aiohttp.RequestInfo(URL("http://x:8000/v1/completions"), "POST", CIMultiDictProxy(CIMultiDict()))
+# Arguments for the exceptions that take more than a message, found along the MRO.
+ARGS: dict[type[Exception], tuple[object, ...]] = {
+    aiohttp.ClientConnectorCertificateError: (KEY, ssl.SSLCertVerificationError("boom")),
+    aiohttp.ClientConnectorError: (KEY, ConnectionRefusedError(111, "boom")),
+    aiohttp.ClientResponseError: (INFO, ()),
+    aiohttp.ServerFingerprintMismatch: (b"a", b"b", "x", 8000),
+    aiohttp.InvalidURL: ("nope://x",),
+    aiohttp.WebSocketError: (1002, "boom"),
+    aiohttp.http_exceptions.LineTooLong: (b"boom", 10),
+    aiohttp.http_exceptions.HttpProcessingError: (),
+}
+
+
+def _instance(cls: type[Exception]) -> Exception:
+    args = next((ARGS[c] for c in cls.__mro__ if c in ARGS), ("boom",))
+    return cls(*args)
+
+
+def test_every_aiohttp_exception_is_mapped() -> None:
+    assert len(AIOHTTP_EXCEPTIONS) > 20, "aiohttp exports no exceptions?"
+    unmapped = [cls.__name__ for cls in AIOHTTP_EXCEPTIONS if cls not in CLIENT_ERRORS]
     assert unmapped == []
+    # Most specific first, as the lookup along the MRO picks them.
+    order = list(CLIENT_ERRORS)
+    late = [(b.__name__, a.__name__) for i, a in enumerate(order) for b in order[i + 1 :] if issubclass(b, a)]
+    assert late == []
 
 
-@pytest.mark.parametrize("cls", HTTPX_EXCEPTIONS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", AIOHTTP_EXCEPTIONS, ids=lambda c: c.__name__)
 def test_map_errors_raises_our_class_naming_the_engine(cls: type[Exception]) -> None:
-    try:
-        exc = cls("boom")
-    except TypeError:  # HTTPStatusError and friends need more arguments
-        exc = cls.__new__(cls)
-        Exception.__init__(exc, "boom")
+    exc = _instance(cls)
     with pytest.raises(EngineError) as info, map_errors("vllm at http://x:8000"):
         raise exc
-    assert type(info.value) is HTTPX_ERRORS[cls][0]
+    assert type(info.value) is CLIENT_ERRORS[cls][0]
     assert str(info.value).startswith("vllm at http://x:8000: ") and info.value.__cause__ is exc
 
 
 @pytest.mark.parametrize(
     ("exc", "cls"),
     [
-        (httpx.ConnectError("refused"), EngineUnavailable),
-        (httpx.ReadTimeout("slow"), EngineTimeout),
-        (httpx.RemoteProtocolError("peer closed"), EngineProtocolError),
+        (_instance(aiohttp.ClientConnectorError), EngineUnavailable),
+        (aiohttp.ConnectionTimeoutError("pool"), EngineUnavailable),
+        (aiohttp.SocketTimeoutError("slow"), EngineTimeout),
+        (TimeoutError(), EngineTimeout),
+        (aiohttp.ClientPayloadError("cut"), EngineProtocolError),
+        (aiohttp.ServerDisconnectedError(), EngineProtocolError),
         (KeyError("choices"), EngineProtocolError),
         (ValueError("not json"), EngineProtocolError),
     ],
@@ -182,53 +222,3 @@ def test_spec_forms() -> None:
         engine_from_spec("vllm:gpu:8000")
     with pytest.raises(ValueError, match="needs a checkpoint folder"):
         engine_from_spec("transformers")
-
-
-# ------------------------------------------------------------------------------ the connection pool
-
-
-class _StubConnection:
-    def __init__(self, idle: bool = True) -> None:
-        self.idle = idle
-
-    def can_handle_request(self, origin: object) -> bool:
-        return True
-
-    def is_available(self) -> bool:
-        return self.idle  # as httpcore's HTTP/1.1 connection: available until a request starts on it
-
-    def is_idle(self) -> bool:
-        return self.idle
-
-    def is_closed(self) -> bool:
-        return False
-
-    def has_expired(self) -> bool:
-        return False
-
-
-def test_fair_pool_gives_each_queued_request_its_own_connection() -> None:
-    import httpcore
-
-    from harmony_responses.engine._http import fair_pool
-
-    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=4, max_keepalive_connections=4))
-    assert fair_pool(transport)
-    pool = transport._pool
-    warm = [_StubConnection() for _ in range(2)]
-    pool._connections = list(warm)  # type: ignore[attr-defined]
-    made: list[_StubConnection] = []
-    pool.create_connection = lambda origin: made.append(_StubConnection(idle=False)) or made[-1]  # type: ignore[method-assign]
-    requests = [
-        httpcore._async.connection_pool.AsyncPoolRequest(httpcore.Request("POST", "http://e/x")) for _ in range(5)
-    ]
-    pool._requests = list(requests)  # type: ignore[attr-defined]
-
-    async def assign() -> None:  # httpcore's events need an event loop
-        pool._assign_requests_to_connections()  # type: ignore[attr-defined]
-
-    asyncio.run(assign())
-    assigned = [r.connection for r in requests]
-    # Two warm connections, two new ones up to max_connections; the fifth request waits for one.
-    assert assigned[:2] == warm and assigned[2:4] == made and assigned[4] is None
-    assert len({id(c) for c in assigned[:4]}) == 4

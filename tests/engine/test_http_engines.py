@@ -8,6 +8,8 @@ from typing import Any
 import openai
 import pytest
 
+from harmony_responses.engine import _http
+
 from .fakes import CALL, FAKES, RETURN, LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
 from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, Stack, sse_events, stack
 
@@ -205,6 +207,15 @@ def test_failure_mid_stream_fails_the_response(kind: str, what: str, says: str) 
         events = _stream(s)
     message = _failed(events)
     assert f"{kind} at {s.fake.url}" in message and says in message
+
+
+def test_a_line_too_long_fails_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    # vLLM's first chunk echoes the prompt's ids: longer than a line may be here.
+    monkeypatch.setattr(_http, "MAX_LINE", 200)
+    with stack("vllm", VLLMFake(Scenario(tokens=HELLO))) as s:
+        response = s.post({"input": "Hi"})
+    assert response.status_code == 503
+    assert f"vllm at {s.fake.url}: sent a line longer than" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("kind", ENGINES)

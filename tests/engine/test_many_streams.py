@@ -13,7 +13,7 @@ import orjson
 from harmony_responses.engine import Engine, EngineOptions, EngineStream, GenerateRequest, VLLMEngine
 from harmony_responses.tokens import TokenChunk
 
-from .fakes import Scenario, VLLMFake, harmony
+from .fakes import Scenario, VLLMFake, harmony, run_fake
 from .helpers import MODEL, sse_events, stack
 
 WORDS = 150
@@ -136,3 +136,54 @@ def test_a_slow_reader_slows_only_its_own_stream() -> None:
             assert engine.pulled[key] == len(big)
         finally:
             slow.close()
+
+
+def test_a_burst_on_a_warm_pool_gets_its_connections_at_once() -> None:
+    # 64 streams running and a burst of 48 more: 112 connections, more than aiohttp's default pool of
+    # 100. (httpcore once offered one idle connection to every queued request, one winner per event-loop
+    # round: through the server, a burst next to 64 streams waited 0.5-1.7 s for its connections.)
+    running, burst = 64, 48
+    short = Scenario(tokens=harmony("<|channel|>final<|message|>Hi<|return|>"))
+    fake = VLLMFake(*[short] * (running + burst), Scenario(tokens=harmony(ANSWER), delay=0.02))
+
+    def request() -> GenerateRequest:
+        return GenerateRequest(prompt_ids=harmony("<|start|>assistant"))
+
+    waits: list[float] = []
+    all_started = asyncio.Event()
+
+    async def first_chunk(engine: Engine, started: float) -> None:
+        stream = engine.generate(request())
+        try:
+            async for item in stream:
+                if isinstance(item, TokenChunk):
+                    waits.append(time.monotonic() - started)
+                    if len(waits) == burst:
+                        all_started.set()
+                    await all_started.wait()  # holding the connection, as a real stream would
+                    return
+        finally:
+            await stream.aclose()
+        raise AssertionError("the stream ended without a token")
+
+    async def drain(engine: Engine) -> None:
+        async for _ in engine.generate(request()):
+            pass
+
+    async def main() -> None:
+        async with VLLMEngine(EngineOptions(url=fake.url)) as engine:
+            await asyncio.gather(*(drain(engine) for _ in range(running + burst)))  # a warm pool
+            tasks = [asyncio.create_task(drain(engine)) for _ in range(running)]
+            try:
+                while len(fake.sent) < 2 * running + burst:  # every running stream has sent tokens
+                    await asyncio.sleep(0.01)
+                started = time.monotonic()
+                await asyncio.gather(*(first_chunk(engine, started) for _ in range(burst)))
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    with run_fake(fake):
+        asyncio.run(main())
+    assert max(waits) < 1.0, sorted(waits)

@@ -52,8 +52,8 @@ EngineStream = AsyncGenerator[TokenChunk | EngineEnd, None]
 class EngineError(Exception):
     """The engine cannot serve: raised by ``start()``, or by ``generate()`` before its first item.
 
-    Exception tree (``_http.map_errors`` maps every httpx exception onto it; in-process engines raise the
-    same classes)::
+    Exception tree (``_http.map_errors`` maps every aiohttp exception onto it; in-process engines raise
+    the same classes)::
 
         EngineError               the engine cannot serve this request (→ 503 before the stream)
          ├── EngineUnavailable    cannot reach it: connection refused, unknown host, connect timeout,

@@ -1,20 +1,27 @@
 """What the HTTP adapters share: the pooled client, bounded waits, SSE lines, error mapping, stop ids.
 
-``HTTPEngine`` owns one ``httpx.AsyncClient`` per engine (explicit ``Timeout`` and ``Limits``), so that
-every stream to one engine shares one connection pool, and runs the stream loop every adapter needs:
+``HTTPEngine`` owns one ``aiohttp.ClientSession`` per engine (a ``TCPConnector`` of
+``max_connections``, explicit ``ClientTimeout``), so that every stream to one engine shares one
+connection pool, and runs the stream loop every adapter needs:
 
-    POST → status check → SSE/NDJSON lines (``aiter_lines``) → adapter's ``StreamReader.feed(obj)``
+    POST → status check → SSE/NDJSON lines (``readline``) → adapter's ``StreamReader.feed(obj)``
          → ``TokenChunk``s → stop id settled → ``EngineEnd``
+
+aiohttp rather than httpx: a burst of 64 concurrent streaming POSTs cost httpx 1.1-1.7 ms of CPU per
+request and aiohttp 0.16-0.47 ms, and that CPU was most of the first-token latency this server adds
+under many simultaneous requests.
 
 An adapter (``_vllm.py``, ``_sglang.py``, ``_llamacpp.py``, ``_trtllm.py``) says only what differs:
 the request body, how to read one streamed JSON object, the start-up check and the abort call.
 
-Bounds. Connecting is bounded by httpx's connect timeout; everything after by a per-stream watchdog
-(``_Watchdog``): a first-token deadline from the moment the request is sent, then a stall bound on each
-wait for the engine's next line. The watchdog only counts time spent waiting *for the engine*: while
-the consumer is slow (a client reading slowly holds the server's send), the engine is not stalled.
-It costs one timer per stream, re-armed about once per stall period, instead of a timeout scope per
-line (which costs ~6 µs a line). The watchdog uses asyncio directly: the server runs on uvicorn's loop.
+Bounds. Connecting (and waiting for a free pooled connection) is bounded by aiohttp's connect
+timeout; everything after by a per-stream watchdog (``_Watchdog``): a first-token deadline from the
+moment the request is sent (sending included), then a stall bound on each wait for the engine's next
+line. The watchdog only counts time spent waiting *for the engine*: while the consumer is slow (a
+client reading slowly holds the server's send), the engine is not stalled. It costs one timer per
+stream, re-armed about once per stall period, instead of a timeout scope per line (which costs ~6 µs a
+line). The watchdog uses asyncio directly: the server runs on uvicorn's loop. Memory is bounded too: a
+streamed line is at most ``MAX_LINE`` bytes, an error body is read up to 64 KiB.
 
 Stop ids (engines.md §1). Harmony needs ``<|call|>`` or ``<|return|>`` at the end of a stopped message
 and some engines strip the id they stopped on. ``settle_stop`` appends it when it is missing: the id the
@@ -22,7 +29,7 @@ engine says it matched, else the one the open message calls for (``<|call|>`` wh
 recipient, else ``<|return|>``). An engine that stopped on ``<|end|>`` is misconfigured (it must never
 stop sampling: harmony.md §1), which is reported rather than passed on as a short answer.
 
-Errors. ``map_errors`` is the one place where httpx's exceptions (and unreadable data) become the
+Errors. ``map_errors`` is the one place where aiohttp's exceptions (and unreadable data) become the
 ``EngineError`` tree drawn in ``_base.py``; before the first token the error is raised (the server
 answers 503), after it the stream ends with ``EngineEnd(reason="error")`` naming the engine.
 """
@@ -40,10 +47,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import aiohttp
 import anyio
-import httpcore
-import httpx
 import orjson
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
 from ..tokens import EngineEnd, FinishReason, TokenChunk, TokenLogprob
 from ..vocab import VOCAB_SIZE, load_encoding
@@ -63,7 +70,7 @@ from ._options import EngineOptions
 __all__ = [
     "HARMONY_PROBE",
     "HTTPEngine",
-    "HTTPX_ERRORS",
+    "CLIENT_ERRORS",
     "StreamReader",
     "map_errors",
     "parse_completion_logprobs",
@@ -85,39 +92,53 @@ CHECK_TIMEOUT = 10.0
 ABORT_TIMEOUT = 2.0
 # How much of an error body goes into a message: enough for the engine's sentence, never a whole page.
 ERROR_EXCERPT = 300
+# The longest streamed line read: vLLM and TensorRT-LLM echo the prompt's ids in their first chunk
+# (about 1 MB for a 131k-token prompt); an engine sending a line without end must not cost unbounded memory.
+MAX_LINE = 16 * 1024 * 1024
 
-# Every httpx exception → (our class, what happened), most specific first by MRO lookup. A test checks
-# that every exception class httpx exports has its own entry, so that a new one cannot slip through as
-# a 500.
-HTTPX_ERRORS: dict[type[Exception], tuple[type[EngineError], str]] = {
-    httpx.ConnectError: (EngineUnavailable, "cannot connect"),
-    httpx.ConnectTimeout: (EngineUnavailable, "connecting timed out"),
-    httpx.PoolTimeout: (EngineUnavailable, "no free connection to the engine in time (raise --engine-max-connections)"),
-    httpx.UnsupportedProtocol: (EngineUnavailable, "the engine URL's scheme is not http or https"),
-    httpx.ProxyError: (EngineUnavailable, "the proxy refused to connect to the engine"),
-    httpx.InvalidURL: (EngineUnavailable, "the engine URL is invalid"),
-    httpx.ReadTimeout: (EngineTimeout, "reading from the engine timed out"),
-    httpx.WriteTimeout: (EngineTimeout, "sending the request to the engine timed out"),
-    httpx.TimeoutException: (EngineTimeout, "the engine timed out"),
-    httpx.ReadError: (EngineProtocolError, "the connection failed mid-response"),
-    httpx.WriteError: (EngineProtocolError, "the connection failed while sending the request"),
-    httpx.CloseError: (EngineProtocolError, "the connection failed while closing"),
-    httpx.NetworkError: (EngineProtocolError, "the connection failed"),
-    httpx.RemoteProtocolError: (EngineProtocolError, "the connection was cut mid-response"),
-    httpx.LocalProtocolError: (EngineProtocolError, "could not send the request"),
-    httpx.ProtocolError: (EngineProtocolError, "HTTP protocol error"),
-    httpx.TransportError: (EngineUnavailable, "transport error"),
-    httpx.DecodingError: (EngineProtocolError, "the response body could not be decoded"),
-    httpx.TooManyRedirects: (EngineProtocolError, "the engine redirected too often"),
-    httpx.RequestError: (EngineProtocolError, "the request failed"),
-    httpx.HTTPStatusError: (EngineRefused, "the engine answered with an error status"),
-    httpx.HTTPError: (EngineError, "HTTP error"),
-    httpx.CookieConflict: (EngineProtocolError, "conflicting cookies"),
-    httpx.StreamConsumed: (EngineProtocolError, "the response stream was already read"),
-    httpx.StreamClosed: (EngineProtocolError, "the response stream was closed"),
-    httpx.ResponseNotRead: (EngineProtocolError, "the response was not read"),
-    httpx.RequestNotRead: (EngineProtocolError, "the request was not read"),
-    httpx.StreamError: (EngineProtocolError, "response stream misuse"),
+# Every aiohttp exception → (our class, what happened), most specific first (looked up along the MRO).
+# A test checks that every exception class aiohttp exports has its own entry, so that a new one cannot
+# slip through as a 500. EngineUnavailable only for what fails before the request is sent: the
+# stream then knows the engine is not generating for us.
+CLIENT_ERRORS: dict[type[Exception], tuple[type[EngineError], str]] = {
+    aiohttp.ClientConnectorDNSError: (EngineUnavailable, "cannot connect: the host name does not resolve"),
+    aiohttp.ClientConnectorCertificateError: (EngineUnavailable, "cannot connect: the TLS certificate was refused"),
+    aiohttp.ClientConnectorSSLError: (EngineUnavailable, "cannot connect: the TLS handshake failed"),
+    aiohttp.ClientSSLError: (EngineUnavailable, "cannot connect: TLS error"),
+    aiohttp.ClientProxyConnectionError: (EngineUnavailable, "cannot connect to the proxy"),
+    aiohttp.ClientConnectorError: (EngineUnavailable, "cannot connect"),
+    aiohttp.ConnectionTimeoutError: (
+        EngineUnavailable,
+        "connecting timed out, or no pooled connection was free in time (raise --engine-max-connections)",
+    ),
+    aiohttp.ServerFingerprintMismatch: (EngineUnavailable, "the TLS certificate does not match its fingerprint"),
+    aiohttp.NonHttpUrlRedirectClientError: (EngineProtocolError, "the engine redirected to a URL that is not http"),
+    aiohttp.NonHttpUrlClientError: (EngineUnavailable, "the engine URL's scheme is not http or https"),
+    aiohttp.InvalidUrlRedirectClientError: (EngineProtocolError, "the engine redirected to an invalid URL"),
+    aiohttp.InvalidUrlClientError: (EngineUnavailable, "the engine URL is invalid"),
+    aiohttp.InvalidURL: (EngineUnavailable, "the engine URL is invalid"),
+    aiohttp.RedirectClientError: (EngineProtocolError, "the engine's redirect cannot be followed"),
+    aiohttp.ClientHttpProxyError: (EngineUnavailable, "the proxy refused to connect to the engine"),
+    aiohttp.SocketTimeoutError: (EngineTimeout, "reading from the engine timed out"),
+    aiohttp.ServerTimeoutError: (EngineTimeout, "the engine timed out"),
+    TimeoutError: (EngineTimeout, "the engine did not answer in time"),  # a check call's total bound
+    aiohttp.ServerDisconnectedError: (EngineProtocolError, "the engine closed the connection"),
+    aiohttp.ClientConnectionResetError: (EngineProtocolError, "the connection was reset"),
+    aiohttp.ServerConnectionError: (EngineProtocolError, "the connection to the engine failed"),
+    aiohttp.ClientOSError: (EngineProtocolError, "the connection failed"),
+    aiohttp.ClientConnectionError: (EngineProtocolError, "the connection failed"),
+    aiohttp.ClientPayloadError: (EngineProtocolError, "the connection was cut mid-response"),
+    aiohttp.UploadAbortedError: (EngineProtocolError, "the request was not fully sent"),
+    aiohttp.TooManyRedirects: (EngineProtocolError, "the engine redirected too often"),
+    aiohttp.ContentTypeError: (EngineProtocolError, "the engine answered with an unexpected content type"),
+    aiohttp.WSServerHandshakeError: (EngineProtocolError, "the WebSocket handshake failed"),
+    aiohttp.ClientResponseError: (EngineProtocolError, "the engine's answer is not valid HTTP"),
+    aiohttp.ClientError: (EngineError, "HTTP error"),
+    LineTooLong: (EngineProtocolError, f"sent a line longer than {MAX_LINE >> 20} MiB"),
+    HttpProcessingError: (EngineProtocolError, "HTTP protocol error"),
+    aiohttp.EofStream: (EngineProtocolError, "the response ended early"),
+    aiohttp.WSMessageTypeError: (EngineProtocolError, "unexpected WebSocket message"),
+    aiohttp.WebSocketError: (EngineProtocolError, "WebSocket error"),
 }
 
 # Exceptions that reading garbage raises: JSON that parses but has the wrong shape.
@@ -126,7 +147,7 @@ _GARBAGE = (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError,
 
 @contextlib.contextmanager
 def map_errors(label: str) -> Iterator[None]:
-    """Re-raise httpx exceptions and unreadable data as ``EngineError``s naming the engine (``label``).
+    """Re-raise aiohttp exceptions and unreadable data as ``EngineError``s naming the engine (``label``).
 
     ``EngineError``s pass through untouched; anything else is a bug and propagates.
     """
@@ -136,14 +157,23 @@ def map_errors(label: str) -> Iterator[None]:
         raise
     except Exception as exc:
         for cls in type(exc).__mro__:
-            mapped = HTTPX_ERRORS.get(cls)  # type: ignore[arg-type]
+            mapped = CLIENT_ERRORS.get(cls)  # type: ignore[arg-type]
             if mapped is not None:
                 kind, what = mapped
-                detail = str(exc) or type(exc).__name__
-                raise kind(f"{label}: {what} ({detail})") from exc
+                raise kind(f"{label}: {what} ({_detail(exc) or type(exc).__name__})") from exc
         if isinstance(exc, _GARBAGE):
             raise EngineProtocolError(f"{label}: sent data we cannot read ({type(exc).__name__}: {exc})") from exc
         raise
+
+
+def _detail(exc: Exception) -> str:
+    # Where aiohttp's own wording repeats ours ("Cannot connect to host …") or leads with the status a
+    # server would answer, the underlying error says it shorter.
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return str(exc.os_error)
+    if isinstance(exc, HttpProcessingError):
+        return exc.message
+    return str(exc)
 
 
 def is_token_id(value: object) -> bool:
@@ -377,7 +407,7 @@ class HTTPEngine(Engine):
         # Constrain the final channel to text.format's schema where the adapter can; switched off for
         # good when the engine refuses the constraint (an older version).
         self.constrain_final = True
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ adapter hooks
 
@@ -402,48 +432,47 @@ class HTTPEngine(Engine):
 
     # ------------------------------------------------------------------ lifetime
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> aiohttp.ClientSession:
         if self._client is None:
             o = self.options
             headers = {"authorization": f"Bearer {o.api_key}"} if o.api_key else {}
-            # read=None: the watchdog bounds every wait for the engine (first token, stalls), counting
-            # only the time we spend waiting for it; httpx's read timeout cannot tell the two apart.
-            transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(
-                    max_connections=o.max_connections,
-                    max_keepalive_connections=o.max_connections,
-                    keepalive_expiry=30.0,
-                )
-            )
-            fair_pool(transport)
-            self._client = httpx.AsyncClient(
-                base_url=self.url,
-                transport=transport,
+            self._client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=o.max_connections, keepalive_timeout=30.0),
                 headers=headers,
-                timeout=httpx.Timeout(
-                    connect=o.connect_timeout, read=None, write=o.stall_timeout, pool=o.connect_timeout
-                ),
-                follow_redirects=False,
+                # No read timeout: the watchdog bounds every wait for the engine (first token, stalls),
+                # counting only the time we spend waiting for it; a read timeout cannot tell the two apart.
+                # aiohttp's connect timeout also bounds the wait for a free pooled connection.
+                timeout=aiohttp.ClientTimeout(total=None, connect=o.connect_timeout),
+                # Engines keep no state in cookies; a jar would only cost a lookup per request.
+                cookie_jar=aiohttp.DummyCookieJar(),
+                # trust_env stays off: it reads the proxy variables and ~/.netrc in a worker thread on
+                # every request, so an engine is reached directly whatever HTTP_PROXY says.
             )
         return self._client
 
     async def start(self) -> None:
         deadline = time.monotonic() + self.options.start_wait
-        while True:
-            try:
-                with map_errors(self.label):
-                    await self.check()
-                return
-            except EngineUnavailable as exc:
-                if time.monotonic() >= deadline:
-                    raise
-                logger.info("%s; retrying for %.0f more seconds", exc, deadline - time.monotonic())
-                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        try:
+            while True:
+                try:
+                    with map_errors(self.label):
+                        await self.check()
+                    return
+                except EngineUnavailable as exc:
+                    if time.monotonic() >= deadline:
+                        raise
+                    logger.info("%s; retrying for %.0f more seconds", exc, deadline - time.monotonic())
+                    await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        except BaseException:
+            # Nobody calls aclose() after a failed start (``async with engine:`` does not): an open
+            # session would be reported unclosed at exit.
+            await self.aclose()
+            raise
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await client.aclose()
+            await client.close()
 
     def describe(self) -> str:
         model = f", model {self.model}" if self.model else ""
@@ -453,11 +482,11 @@ class HTTPEngine(Engine):
 
     async def get_ok(self, path: str) -> None:
         """GET ``path`` and require a success status (a health endpoint)."""
-        response = await self.client().get(path, timeout=self._check_timeout())
-        if response.status_code == 503:
+        status, content = await self._call("GET", path)
+        if status == 503:
             raise EngineUnavailable(f"{self.label}: GET {path} answered 503: the engine is not ready (still loading?)")
-        if response.status_code >= 400:
-            raise refused(f"{self.label} (GET {path})", response.status_code, response.content)
+        if status >= 400:
+            raise refused(f"{self.label} (GET {path})", status, content)
 
     async def openapi_paths(self) -> set[str]:
         """The paths the engine's OpenAPI description lists (empty when it has none)."""
@@ -469,26 +498,32 @@ class HTTPEngine(Engine):
             return set()
 
     async def get_json(self, path: str) -> Any:
-        response = await self.client().get(path, timeout=self._check_timeout())
-        return self._json_or_raise(response)
+        return self._json_or_raise("GET", path, *await self._call("GET", path))
 
     async def post_json(self, path: str, body: Any) -> Any:
-        response = await self.client().post(
-            path, content=orjson.dumps(body), timeout=self._check_timeout(), headers=_JSON
-        )
-        return self._json_or_raise(response)
+        return self._json_or_raise("POST", path, *await self._call("POST", path, orjson.dumps(body)))
 
-    def _check_timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(CHECK_TIMEOUT, connect=self.options.connect_timeout)
+    async def _call(self, method: str, path: str, data: bytes | None = None) -> tuple[int, bytes]:
+        """One bounded request around a stream (start-up checks, aborts): its status and whole body."""
+        async with self.client().request(
+            method,
+            self.url + path,
+            data=data,
+            headers=_JSON if data is not None else None,
+            timeout=self._check_timeout(),
+            allow_redirects=False,
+        ) as response:
+            return response.status, await response.read()
 
-    def _json_or_raise(self, response: httpx.Response) -> Any:
-        if response.status_code >= 400:
-            raise refused(
-                f"{self.label} ({response.request.method} {response.request.url.path})",
-                response.status_code,
-                response.content,
-            )
-        return orjson.loads(response.content)
+    def _check_timeout(self) -> aiohttp.ClientTimeout:
+        # A total bound (sending included): connecting as for any request, then CHECK_TIMEOUT for the answer.
+        connect = self.options.connect_timeout
+        return aiohttp.ClientTimeout(total=connect + CHECK_TIMEOUT, connect=connect)
+
+    def _json_or_raise(self, method: str, path: str, status: int, content: bytes) -> Any:
+        if status >= 400:
+            raise refused(f"{self.label} ({method} {path})", status, content)
+        return orjson.loads(content)
 
     def check_detokenized(self, text: object) -> None:
         ids, expected = HARMONY_PROBE
@@ -524,12 +559,13 @@ class HTTPEngine(Engine):
         client = self.client()
         reader = self.reader(request)
         label = self.label
+        url = self.url + self.path
         yielded = False
         finished = False
         # True once the engine may be generating for us, until it says it has finished: then closing the
         # connection early also calls the engine's abort endpoint (when it has one).
         may_run = False
-        response: httpx.Response | None = None
+        response: aiohttp.ClientResponse | None = None
         watchdog = _Watchdog(self.options.first_token_timeout, self.options.stall_timeout)
         loop_time = watchdog.loop.time
         current_task = asyncio.current_task
@@ -540,17 +576,14 @@ class HTTPEngine(Engine):
                         may_run = True
                         while True:
                             constrained = self.constrains(reader)
-                            response = await client.send(
-                                client.build_request(
-                                    "POST", self.path, content=orjson.dumps(self.body(reader)), headers=_JSON
-                                ),
-                                stream=True,
+                            response = await client.post(
+                                url, data=orjson.dumps(self.body(reader)), headers=_JSON, allow_redirects=False
                             )
-                            if response.status_code < 400:
+                            if response.status < 400:
                                 break
-                            error = refused(label, response.status_code, await _read_bounded(response))
-                            await response.aclose()
-                            if constrained and response.status_code == 400 and self.constrain_final:
+                            error = refused(label, response.status, await _read_bounded(response))
+                            response.release()  # back to the pool when the body was read to its end
+                            if constrained and response.status == 400 and self.constrain_final:
                                 # This engine version does not take our final-channel constraint: go on
                                 # without it (the strict-schema check after generation still applies).
                                 self.constrain_final = False
@@ -558,27 +591,24 @@ class HTTPEngine(Engine):
                                 continue
                             may_run = False
                             raise error
-                        lines = response.aiter_lines()
+                        readline = response.content.readline
                         done = False
                         while True:
                             watchdog.reading = loop_time()
-                            try:
-                                line = await anext(lines)
-                            except StopAsyncIteration:
-                                break
-                            watchdog.reading = None
+                            line = await readline(max_line_length=MAX_LINE)
                             if not line:
-                                continue  # the blank line ending each SSE event
+                                break  # the end of the body (every line read keeps its b"\n")
+                            watchdog.reading = None
                             # SSE "data: {...}"; NDJSON "{...}"; comments, event names and blank lines skipped.
-                            if line.startswith("data:"):
+                            if line.startswith(b"data:"):
                                 payload = line[5:].strip()
-                            elif line.startswith("{"):
+                            elif line.startswith(b"{"):
                                 payload = line
                             else:
                                 continue
                             if not payload or done:
                                 continue
-                            if payload == "[DONE]":
+                            if payload == b"[DONE]":
                                 # Read on to the end of the body (the terminating chunk): a response read to
                                 # its end returns its connection to the pool; one closed early is dropped,
                                 # and the next request pays a new connection (a resolver round trip too).
@@ -587,8 +617,9 @@ class HTTPEngine(Engine):
                             try:
                                 obj = orjson.loads(payload)
                             except orjson.JSONDecodeError:
+                                text = line.decode(errors="replace").rstrip()
                                 raise EngineProtocolError(
-                                    f"{label}: sent a line that is not JSON: {_excerpt(line)}"
+                                    f"{label}: sent a line that is not JSON: {_excerpt(text)}"
                                 ) from None
                             chunk = reader.feed(obj)
                             if chunk is not None:
@@ -638,11 +669,12 @@ class HTTPEngine(Engine):
                 )
         finally:
             watchdog.close()
-            # Shielded and bounded: this runs when the client went away (a cancelled scope) and must
-            # still close the connection, which is what tells most engines to stop.
+            # Closing the connection early is what tells most engines to stop (a response read to its
+            # end has already gone back to the pool: closing it then does nothing).
+            if response is not None:
+                response.close()
+            # Shielded and bounded: this runs when the client went away (a cancelled scope).
             with anyio.move_on_after(ABORT_TIMEOUT, shield=True):
-                if response is not None:
-                    await response.aclose()
                 if may_run and not finished:
                     try:
                         await self.abort(reader)
@@ -653,76 +685,14 @@ class HTTPEngine(Engine):
 _JSON = {"content-type": "application/json"}
 
 
-class _FairPool(httpcore.AsyncConnectionPool):
-    """httpcore's pool, except that an idle HTTP/1.1 connection goes to one queued request at a time.
-
-    httpcore 1.0's ``_assign_requests_to_connections`` keeps offering an idle connection until a request
-    has started on it, so a burst of requests queued together is handed the *same* connection; all but
-    one then fail with ``ConnectionNotAvailable`` and queue again, one winner per round. Between rounds
-    the event loop serves the streams already running, so with 64 streams a burst of new requests on a
-    warm pool waited 0.5-1.7 s for its connections (encode/httpcore#1035, pydantic/httpx2#1075). Here a
-    connection referenced by any request of the pool counts as taken. Also fixed: surplus idle
-    connections are counted among idle ones (httpcore counts all connections).
-    """
-
-    def _assign_requests_to_connections(self) -> list[Any]:
-        closing: list[Any] = []
-        taken = {id(r.connection) for r in self._requests if r.connection is not None}
-        for connection in list(self._connections):
-            if connection.is_closed():
-                self._connections.remove(connection)
-            elif connection.has_expired():
-                self._connections.remove(connection)
-                closing.append(connection)
-        idle = [c for c in self._connections if c.is_idle() and id(c) not in taken]
-        surplus = len(idle) - self._max_keepalive_connections
-        for connection in idle[: max(0, surplus)]:
-            self._connections.remove(connection)
-            closing.append(connection)
-        idle = idle[max(0, surplus) :]
-        for pool_request in [r for r in self._requests if r.is_queued()]:
-            origin = pool_request.request.url.origin
-            connection = next(
-                (
-                    c
-                    for c in self._connections
-                    if id(c) not in taken and c.can_handle_request(origin) and c.is_available()
-                ),
-                None,
-            )
-            if connection is None:
-                if len(self._connections) >= self._max_connections:
-                    victim = next((c for c in idle if id(c) not in taken), None)
-                    if victim is None:
-                        break  # every connection is busy: the rest wait for one to free up
-                    idle.remove(victim)
-                    self._connections.remove(victim)
-                    closing.append(victim)
-                connection = self.create_connection(origin)
-                self._connections.append(connection)
-            pool_request.assign_to_connection(connection)
-            taken.add(id(connection))
-        return closing
-
-
-def fair_pool(transport: httpx.AsyncHTTPTransport) -> bool:
-    """Give ``transport`` the ``_FairPool`` behaviour when its httpcore has the expected shape."""
-    pool = getattr(transport, "_pool", None)
-    if type(pool) is not httpcore.AsyncConnectionPool or not all(
-        hasattr(pool, name) for name in ("_requests", "_connections", "_max_connections", "_max_keepalive_connections")
-    ):
-        return False  # another httpcore: keep its own assignment rather than guess
-    pool.__class__ = _FairPool
-    return True
-
-
-async def _read_bounded(response: httpx.Response, limit: int = 64 * 1024) -> bytes:
+async def _read_bounded(response: aiohttp.ClientResponse, limit: int = 64 * 1024) -> bytes:
     # An error body is read for its message only; an engine sending megabytes must not cost megabytes.
     data = bytearray()
-    async for part in response.aiter_bytes():
-        data += part
-        if len(data) >= limit:
+    while len(data) < limit:
+        part = await response.content.readany()
+        if not part:
             break
+        data += part
     return bytes(data)
 
 
