@@ -75,6 +75,8 @@ SQLITE: tuple[Migration, ...] = (
             "CREATE INDEX conversations_updated ON conversations (updated_at)",
         ),
     ),
+    # PostgreSQL's version 2 changes how it compresses; SQLite has nothing to change (versions stay equal).
+    (2, ()),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -130,6 +132,20 @@ POSTGRES: tuple[Migration, ...] = (
                 next_position INTEGER NOT NULL DEFAULT 0
             )""",
             "CREATE INDEX conversations_updated ON conversations (updated_at)",
+        ),
+    ),
+    (
+        2,
+        (
+            # lz4 instead of pglz for the big values (event-log chunks, the Response as it stands): about as
+            # small on disk here (~17x smaller than raw), and with 64 stored streams pglz's CPU in the
+            # database took ~10 % of our throughput. A server built without lz4 (or before 14) keeps pglz.
+            """DO $$ BEGIN
+                EXECUTE 'ALTER TABLE events ALTER COLUMN data SET COMPRESSION lz4';
+                EXECUTE 'ALTER TABLE responses ALTER COLUMN response SET COMPRESSION lz4';
+            EXCEPTION WHEN feature_not_supported OR syntax_error THEN
+                NULL;
+            END $$""",
         ),
     ),
 )
