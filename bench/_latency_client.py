@@ -1,12 +1,12 @@
 """The engine benchmark's client, in its own process: per-token arrival times of concurrent streams.
 
-``python _latency_client.py MODE URL STREAMS REPEATS BODY_FILE`` POSTs STREAMS concurrent streams (REPEATS
-times in a row) over raw
-asyncio connections and prints, per stream, the arrival time (seconds since its request was sent) of
-every *text* token as JSON. MODE ``direct`` reads the vLLM fake (one ``"token_ids":[`` per token; the
-first three ids are the final channel's header), MODE ``ours`` reads our server (one
-``response.output_text.delta`` event per text token). Counting byte patterns, not parsing, keeps the
-client's own cost out of the figures (see ``_sse_client.py``).
+``python _latency_client.py MODE URL STREAMS REPEATS BODY_FILE [STAGGER_MS]`` POSTs STREAMS concurrent streams
+(REPEATS times in a row) over raw asyncio connections, all at once or each STAGGER_MS after the previous one
+(each stream's clock starts at its own request), and prints, per stream, the arrival time (seconds since its
+request was sent) of every *text* token as JSON. MODE ``direct`` reads the vLLM fake (one ``"token_ids":[``
+per token; the first three ids are the final channel's header), MODE ``ours`` reads our server (one
+``response.output_text.delta`` event per text token). Counting byte patterns, not parsing, keeps the client's
+own cost out of the figures (see ``_sse_client.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 HEADER_TOKENS = 3  # <|channel|> final <|message|>: no text event for them
 
 
-async def one(mode: str, host: str, port: int, path: str, body: bytes) -> list[float]:
+async def one(mode: str, host: str, port: int, path: str, body: bytes, delay: float = 0.0) -> list[float]:
+    await asyncio.sleep(delay)
     marker = b'"token_ids":[' if mode == "direct" else b"event: response.output_text.delta\n"
     reader, writer = await asyncio.open_connection(host, port)
     request = (
@@ -47,18 +48,19 @@ async def one(mode: str, host: str, port: int, path: str, body: bytes) -> list[f
     return arrivals
 
 
-async def run(mode: str, url: str, streams: int, repeats: int, body: bytes) -> list[list[float]]:
+async def run(mode: str, url: str, streams: int, repeats: int, body: bytes, stagger: float) -> list[list[float]]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     await one(mode, host, port, parts.path, body)  # warm-up
     out: list[list[float]] = []
     for _ in range(repeats):
-        out += await asyncio.gather(*(one(mode, host, port, parts.path, body) for _ in range(streams)))
+        out += await asyncio.gather(*(one(mode, host, port, parts.path, body, i * stagger) for i in range(streams)))
     return out
 
 
 if __name__ == "__main__":
     mode, url, streams, repeats, body_file = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    stagger = float(sys.argv[6]) / 1000 if len(sys.argv) > 6 else 0.0
     with open(body_file, "rb") as f:
         body = f.read()
-    print(json.dumps(asyncio.run(run(mode, url, streams, repeats, body))))
+    print(json.dumps(asyncio.run(run(mode, url, streams, repeats, body, stagger))))

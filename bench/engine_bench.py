@@ -3,7 +3,8 @@
 Run: ``python bench/engine_bench.py``. A vLLM fake (``_vllm_fake.py``) streams a final answer one token per
 chunk; the client (``_latency_client.py``, its own process) reads it directly and through our server
 (``--engine vllm``, ``store: false`` so that the figures are the engine path's), in the same run, and
-notes when each text token arrives. Figures, for 1 and 64 concurrent streams:
+notes when each text token arrives. Figures, for 1 and 64 concurrent streams (64 requests sent at once, and
+64 sent ``STAGGER_MS`` apart: row ``64/2``):
 
 - first token: request sent → first text token, p50/p99;
 - between tokens: gaps between successive text tokens, p50/p99;
@@ -38,6 +39,9 @@ from harmony_responses.vocab import load_encoding
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 INPUT = "Write a long answer."
+# The third row of each run: 64 streams whose requests arrive this many ms apart (shown as 64/2) instead of
+# all at once, so that each first token waits for the streams already running, not for 63 request starts.
+STAGGER_MS = 2
 
 
 def free_port() -> int:
@@ -67,8 +71,9 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("server did not become healthy")
 
 
-def client(mode: str, url: str, streams: int, repeats: int, body: Path) -> list[list[float]]:
+def client(mode: str, url: str, streams: int, repeats: int, body: Path, stagger_ms: float = 0) -> list[list[float]]:
     argv = [sys.executable, str(HERE / "_latency_client.py"), mode, url, str(streams), str(repeats), str(body)]
+    argv.append(str(stagger_ms))
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900)
     return json.loads(out.stdout)
 
@@ -179,19 +184,20 @@ def main() -> None:
                 label = "as fast as it can" if not pace_ms else f"paced at {pace_ms} ms per token"
                 print(f"\nfake vLLM streaming {n_text} text tokens per stream, {label} (all figures in ms)")
                 print(
-                    f"  {'streams':>7}  {'reading':<20} {'first p50':>9} {'p99':>8}  {'between p50':>11} {'p99':>7}"
+                    f"  {'streams':<7}  {'reading':<20} {'first p50':>9} {'p99':>8}  {'between p50':>11} {'p99':>7}"
                     + (f"  {'late p50':>8} {'p99':>7}" if pace_ms else "")
                     + f"  {'server CPU µs/token':>19}"
                 )
-                for streams, repeats in ((1, 20), (64, 2)):
+                for streams, repeats, stagger in ((1, 20, 0), (64, 2, 0), (64, 2, STAGGER_MS)):
                     for name, (mode, url, body, server) in readers.items():
                         cpu = cpu_seconds(server.pid)
-                        runs = client(mode, url, streams, repeats, body)
+                        runs = client(mode, url, streams, repeats, body, stagger)
                         # Text tokens of the measured runs plus the warm-up stream (the client runs one first).
                         per_token = (cpu_seconds(server.pid) - cpu) / (sum(map(len, runs)) + len(runs[0])) * 1e6
                         f = summary(runs, pace_ms)
+                        label = f"{streams}/{stagger:g}" if stagger else str(streams)
                         print(
-                            f"  {streams:>7}  {name:<20} {f['ttft50']:>9.2f} {f['ttft99']:>8.2f}  "
+                            f"  {label:<7}  {name:<20} {f['ttft50']:>9.2f} {f['ttft99']:>8.2f}  "
                             f"{f['itl50']:>11.3f} {f['itl99']:>7.3f}"
                             + (f"  {f['late50']:>8.3f} {f['late99']:>7.3f}" if pace_ms else "")
                             + f"  {per_token:>19.1f}"

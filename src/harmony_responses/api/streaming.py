@@ -14,12 +14,13 @@ SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 
 import anyio
-import anyio.abc
 import anyio.lowlevel
 from starlette.types import Receive, Scope, Send
 
@@ -43,6 +44,59 @@ SSE_HEADERS = [
     # Proxies such as nginx buffer responses unless told not to; SSE must flow event by event.
     (b"x-accel-buffering", b"no"),
 ]
+
+
+class _Handoff:
+    """The producer's bodies on their way to the writer: at most ``limit`` waiting, taken all at once.
+
+    Hand-written rather than anyio's memory object stream, which does the same job but whose ``receive``
+    takes an extra event-loop turn (a checkpoint) before it waits: once per engine chunk per stream when
+    tokens arrive one at a time, which is how a paced engine delivers them. One task puts, one takes.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._bodies: deque[bytes] = deque()
+        self._limit = limit
+        self._closed = False
+        self._readable: asyncio.Future[None] | None = None  # the taker, waiting for a body
+        self._writable: asyncio.Future[None] | None = None  # the putter, waiting for room
+
+    def put_nowait(self, body: bytes) -> bool:
+        """Queue ``body`` if there is room; False if the taker is ``limit`` bodies behind."""
+        if len(self._bodies) >= self._limit:
+            return False
+        self._bodies.append(body)
+        _wake(self._readable)
+        return True
+
+    async def put(self, body: bytes) -> None:
+        while len(self._bodies) >= self._limit:
+            self._writable = asyncio.get_running_loop().create_future()
+            await self._writable
+        self._bodies.append(body)
+        _wake(self._readable)
+
+    def close(self) -> None:
+        """No more bodies: the taker gets what is left, then None."""
+        self._closed = True
+        _wake(self._readable)
+
+    async def take(self) -> list[bytes] | None:
+        """Every body waiting (at least one), or None once closed and drained."""
+        while not self._bodies:
+            if self._closed:
+                return None
+            self._readable = asyncio.get_running_loop().create_future()
+            await self._readable
+        bodies = list(self._bodies)
+        self._bodies.clear()
+        _wake(self._writable)
+        return bodies
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():  # done: already woken, or its task was cancelled
+        waiter.set_result(None)
 
 
 class RunResponse:
@@ -96,11 +150,11 @@ class RunResponse:
         # path (a fast engine, or many streams sharing the CPU), they share writes instead of paying uvicorn's
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine.
-        sender, receiver = anyio.create_memory_object_stream[bytes](max_buffer_size=BUFFERED_BATCHES)
+        handoff = _Handoff(BUFFERED_BATCHES)
         async with anyio.create_task_group() as group:
-            group.start_soon(self._produce, sender)
+            group.start_soon(self._produce, handoff)
             try:
-                await self._write_batches(receiver, send)
+                await self._write_batches(handoff, send)
             except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
                 # Caught here, not around the task group, which would wrap it in an ExceptionGroup.
                 self.disconnected = True
@@ -108,51 +162,34 @@ class RunResponse:
                 return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _write_batches(self, receiver: anyio.abc.ObjectReceiveStream[bytes], send: Send) -> None:
+    async def _write_batches(self, handoff: _Handoff, send: Send) -> None:
         """Send what the producer hands over, everything waiting at once, until it is done."""
-        async with receiver:
-            while True:
-                try:
-                    body = receiver.receive_nowait()
-                except anyio.WouldBlock:
-                    try:
-                        body = await receiver.receive()
-                    except anyio.EndOfStream:
-                        return
-                except anyio.EndOfStream:
-                    return
-                bodies = [body]
-                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
-                    while True:
-                        bodies.append(receiver.receive_nowait())
-                await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
+        while (bodies := await handoff.take()) is not None:
+            await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
 
-    async def _produce(self, sender: anyio.abc.ObjectSendStream[bytes]) -> None:
+    async def _produce(self, handoff: _Handoff) -> None:
         clock = time.monotonic
         last_yield = clock()
-        async with sender:
-            try:
-                async with contextlib.aclosing(self.run.batches()) as batches:
-                    async for batch in batches:
-                        # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
-                        body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
-                        try:
-                            sender.send_nowait(body)  # no event-loop turn while there is room
-                        except anyio.WouldBlock:
-                            await sender.send(body)  # the reader is behind: wait for it
-                            last_yield = clock()
-                        # An engine that never waits (replay at zero delay) would starve the writer, the
-                        # disconnect watcher and the other streams; a checkpoint per batch costs a whole
-                        # event-loop turn, so yield once every YIELD_INTERVAL seconds of uninterrupted work.
-                        now = clock()
-                        if now - last_yield >= YIELD_INTERVAL:
-                            await anyio.lowlevel.checkpoint()
-                            last_yield = clock()
-            except anyio.BrokenResourceError:  # the writer stopped: the client went away
-                return
-            except Exception:
-                # A bug after the stream started: the status is sent, so all we can do is end the body.
-                logger.exception("response stream failed after it started")
+        try:
+            async with contextlib.aclosing(self.run.batches()) as batches:
+                async for batch in batches:
+                    # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
+                    body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
+                    if not handoff.put_nowait(body):  # no event-loop turn while there is room
+                        await handoff.put(body)  # the reader is behind: wait for it
+                        last_yield = clock()
+                    # An engine that never waits (replay at zero delay) would starve the writer, the
+                    # disconnect watcher and the other streams; a checkpoint per batch costs a whole
+                    # event-loop turn, so yield once every YIELD_INTERVAL seconds of uninterrupted work.
+                    now = clock()
+                    if now - last_yield >= YIELD_INTERVAL:
+                        await anyio.lowlevel.checkpoint()
+                        last_yield = clock()
+        except Exception:
+            # A bug after the stream started: the status is sent, so all we can do is end the body.
+            logger.exception("response stream failed after it started")
+        finally:
+            handoff.close()
 
     async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
