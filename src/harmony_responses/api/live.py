@@ -30,6 +30,7 @@ import orjson
 
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
+from ._turns import Turns
 from .run import ResponseRun
 
 __all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce", "sse_frames"]
@@ -39,8 +40,6 @@ logger = logging.getLogger("harmony_responses.api")
 Event = dict[str, Any]
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
-# As in streaming.py: the longest a producer whose engine never waits keeps the event loop to itself.
-YIELD_INTERVAL = 0.002
 # How many events a producer may publish beyond what is durable before it waits for the writer. Events
 # are sent only once durable, so a producer running far ahead gains nothing, and with many streams
 # producing flat out it would keep the event loop from the writer's round (and from sending) until it
@@ -245,18 +244,17 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                 translator.receive_end("error", f"the engine could not take the request: {exc}")
                 live.publish(translator.events())
                 return
-        clock = time.monotonic
-        last_yield = clock()
+        turns = Turns()  # an engine that never waits must not keep the loop to itself (api/_turns.py)
         async with contextlib.aclosing(run.batches()) as batches:
             async for batch in batches:
+                turns.arrived()
                 live.publish(batch)
                 if len(live.types) - live.durable > MAX_LEAD:
                     # Too far ahead of the log: let the writer catch up (see MAX_LEAD).
                     await live.wait_beyond(len(live.types) - MAX_LEAD // 2)
-                    last_yield = clock()
-                elif clock() - last_yield >= YIELD_INTERVAL:
-                    await asyncio.sleep(0)
-                    last_yield = clock()
+                    turns.waited()
+                else:
+                    await turns.done()
     except asyncio.CancelledError:
         if live.stop_reason is None:
             live.stop_reason = "shutdown"

@@ -17,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 
 import anyio
-import anyio.lowlevel
 from starlette.types import Receive, Scope, Send
 
 from ..sse import encode_event
+from ._turns import Turns
 from .errors import error_response, json_response
 from .run import ResponseRun
 
@@ -32,8 +31,6 @@ __all__ = ["RunResponse"]
 
 logger = logging.getLogger("harmony_responses.api")
 
-# The longest a stream keeps the event loop to itself when its engine never waits (see _produce).
-YIELD_INTERVAL = 0.002
 # Batches (engine chunks' events) buffered between the run and the socket: enough to coalesce writes, few
 # enough that a client that stops reading holds back its engine soon.
 BUFFERED_BATCHES = 64
@@ -168,23 +165,17 @@ class RunResponse:
             await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
 
     async def _produce(self, handoff: _Handoff) -> None:
-        clock = time.monotonic
-        last_yield = clock()
+        turns = Turns()  # an engine that never waits must not keep the loop from the writer (api/_turns.py)
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
                 async for batch in batches:
+                    turns.arrived()
                     # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
                     body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
                     if not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
-                        last_yield = clock()
-                    # An engine that never waits (replay at zero delay) would starve the writer, the
-                    # disconnect watcher and the other streams; a checkpoint per batch costs a whole
-                    # event-loop turn, so yield once every YIELD_INTERVAL seconds of uninterrupted work.
-                    now = clock()
-                    if now - last_yield >= YIELD_INTERVAL:
-                        await anyio.lowlevel.checkpoint()
-                        last_yield = clock()
+                        turns.waited()
+                    await turns.done()
         except Exception:
             # A bug after the stream started: the status is sent, so all we can do is end the body.
             logger.exception("response stream failed after it started")
@@ -194,11 +185,10 @@ class RunResponse:
     async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
-                last_yield = time.monotonic()
+                turns = Turns()
                 async for _ in batches:
-                    if time.monotonic() - last_yield >= YIELD_INTERVAL:  # as in _send_events
-                        await anyio.lowlevel.checkpoint()
-                        last_yield = time.monotonic()
+                    turns.arrived()
+                    await turns.done()
         except Exception as exc:
             response = error_response(exc)
         else:
