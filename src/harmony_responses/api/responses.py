@@ -176,6 +176,14 @@ async def _prepare_mcp(model_request: dict[str, Any], config: Config) -> McpPlan
     return plan
 
 
+def _json_size(obj: Any) -> float:
+    """The size of ``obj`` as JSON; infinite when it is not plain JSON (e.g. an MCP listing's objects)."""
+    try:
+        return len(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
+    except TypeError:
+        return float("inf")
+
+
 def _render(request: dict[str, Any], *, config: Config, python_description: str | None = None) -> Any:
     current_date = config.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
     try:
@@ -234,7 +242,7 @@ async def create_response(request: Request) -> ASGIApp:
         context_window=config.context_window,
         truncation=options.truncation,
     )
-    if len(orjson.dumps(model_request)) <= INLINE_RENDER_BYTES:
+    if _json_size(model_request) <= INLINE_RENDER_BYTES:
         rendered = render()
     else:
         # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
