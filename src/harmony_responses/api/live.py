@@ -5,7 +5,8 @@ are committed to its log (``durable``). Everyone who sends them — the client t
 streaming a background response, a client resuming with ``GET …?stream=true`` — sends only durable events,
 so that what any client saw is in the log, and a stream resumed from the log (in this process or another,
 before or after a crash) is identical to what a connected client saw. The writes are batched across all
-streams by ``store.Writer``; a stream waits for its own events only, while the engine keeps generating.
+streams by ``store.Writer``, which pulls each response's new events once per round (``take``); a stream
+waits for its own events only, while the engine keeps generating, up to ``MAX_LEAD`` events ahead.
 
 ``produce()`` is the pump: it runs a ``ResponseRun`` in a task of its own, detached from any HTTP request,
 and publishes each batch of events. A stop (``LiveResponse.stop``) cancels that task and ends the
