@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 __all__ = [
     "ACTIVE_STATUSES",
     "ActiveResponse",
@@ -193,7 +195,8 @@ class Rows:
     responses: list[tuple[Any, ...]] = field(default_factory=list)  # RESPONSE_COLUMNS, updated_at
     updates: list[tuple[Any, ...]] = field(default_factory=list)  # (status, response, updated_at, finished, id)
     events: list[tuple[str, int, int, bytes]] = field(default_factory=list)  # (response_id, seq, last_seq, data)
-    conversations: list[CreateConversation] = field(default_factory=list)
+    # (id, owner, created_at, updated_at, metadata, next_position)
+    conversations: list[tuple[Any, ...]] = field(default_factory=list)
     appends: list[AppendItems] = field(default_factory=list)  # to conversations
     items: list[tuple[Any, ...]] = field(default_factory=list)  # item_rows
 
@@ -234,7 +237,11 @@ class Rows:
                 else:
                     rows.items += item_rows(op.parent, op.kind, op.owner, op.created_at, 0, op.items)
             elif isinstance(op, CreateConversation):
-                rows.conversations.append(op)
+                c = op.record
+                rows.conversations.append(
+                    (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items))
+                )
+                rows.items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
             else:  # pragma: no cover - Op is a closed union
                 raise AssertionError(op)
         rows.updates = list(updates.values())

@@ -140,19 +140,12 @@ class PostgresStore(Store):
                     rows.events,
                 )
             items = rows.items
-            for op in rows.conversations:
-                c = op.record
-                await conn.execute(
+            if rows.conversations:
+                await conn.executemany(
                     "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
                     "VALUES ($1,$2,$3,$4,$5,$6)",
-                    c.id,
-                    c.owner,
-                    c.created_at,
-                    op.updated_at,
-                    orjson.dumps(c.metadata),
-                    len(op.items),
+                    rows.conversations,
                 )
-                items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
             for add in rows.appends:
                 # The row lock this UPDATE takes orders concurrent appends to one conversation.
                 next_position = await conn.fetchval(

@@ -192,14 +192,11 @@ class SQLiteStore(Store):
             # OR IGNORE: a batch retried after an ambiguous failure must not fail on what did commit.
             _insert_rows(conn, "INSERT OR IGNORE INTO events (response_id, seq, last_seq, data)", rows.events)
             items = rows.items
-            for op in rows.conversations:
-                c = op.record
-                conn.execute(
-                    "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position) "
-                    "VALUES (?,?,?,?,?,?)",
-                    (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items)),
-                )
-                items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
+            _insert_rows(
+                conn,
+                "INSERT INTO conversations (id, owner, created_at, updated_at, metadata, next_position)",
+                rows.conversations,
+            )
             for add in rows.appends:
                 row = conn.execute(
                     "UPDATE conversations SET next_position = next_position + ?, updated_at = ? "

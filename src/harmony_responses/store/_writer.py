@@ -53,8 +53,6 @@ class Writer:
         self._sources: dict[Source, None] = {}  # marked since the last round, in order (a dict: no duplicates)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.rounds = 0  # transactions written, for the benchmark and tests
-        self.ops_written = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
@@ -126,6 +124,4 @@ class Writer:
                 logger.warning("store write failed (retrying in %.2fs): %s", delay, exc)
                 await asyncio.sleep(delay)
             else:
-                self.rounds += 1
-                self.ops_written += len(ops)
                 return
