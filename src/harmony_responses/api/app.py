@@ -22,13 +22,14 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, request_response
 
 from ..engine import Engine, EngineError, engine_from_spec
 from ..store import StoreError
 from ..tools.browser import WebSearch, web_search_from_options
 from ..tools.code_interpreter import ContainerManager
 from ..vocab import load_encoding, load_vocabulary
+from ._turns import FirstTokensFirst
 from .auth import BearerAuth
 from .config import Config
 from .errors import exception_handlers, json_response
@@ -140,7 +141,8 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
 
     middleware = [Middleware(BearerAuth, keys=config.api_keys)] if config.api_keys else []
     routes = [
-        Route("/v1/responses", create_response, methods=["POST"]),
+        # Requests count as starting until their first delta is out: the loop serves them first (_turns.py).
+        Route("/v1/responses", FirstTokensFirst(request_response(create_response)), methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

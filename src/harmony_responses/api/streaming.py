@@ -23,7 +23,7 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from ..sse import encode_event
-from ._turns import Turns
+from ._turns import Turns, end_start
 from .errors import error_response, json_response
 from .run import ResponseRun
 
@@ -183,6 +183,7 @@ class RunResponse:
             handoff.close()
 
     async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
+        end_start()  # nothing is sent before the end: no first token to hurry
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
                 turns = Turns()

@@ -1,0 +1,136 @@
+"""First tokens first (api/_turns.py), at the ASGI boundary of two streams sharing one event loop.
+
+A stream already flowing flat out must give the loop to a request that is starting until that request's
+first delta is written; a stream paced by its engine, a request answered in JSON and a start that takes
+too long must not hold anyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from harmony_responses.api import _turns
+from harmony_responses.api._turns import FirstTokensFirst
+from harmony_responses.api.streaming import RunResponse
+
+DELTA = b"event: response.output_text.delta\ndata: {}\n\n"
+CREATED = b"event: response.created\ndata: {}\n\n"
+SCOPE = {"type": "http", "method": "POST", "path": "/v1/responses"}
+
+
+class Run:
+    """A run whose engine answers after ``start_turns`` loop turns (or ``start_delay`` seconds), then sends
+    ``batches`` deltas, ``pace`` seconds apart (0: back to back, like a flat-out engine)."""
+
+    request_id = "resp_test"
+    final: dict[str, Any] | None = None
+
+    def __init__(self, batches: int, *, pace: float = 0, start_turns: int = 0, start_delay: float = 0) -> None:
+        self.left = batches
+        self.pace = pace
+        self.start_turns = start_turns
+        self.start_delay = start_delay
+
+    async def start(self) -> None:
+        for _ in range(self.start_turns):
+            await anyio.sleep(0)  # each a loop turn, like the awaits of an engine request
+        await anyio.sleep(self.start_delay)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def batches(self) -> AsyncIterator[bytes]:
+        yield CREATED
+        for _ in range(self.left):
+            if self.pace:
+                await anyio.sleep(self.pace)
+            yield DELTA
+        self.final = {"status": "completed"}
+
+
+async def _receive() -> dict[str, Any]:
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+class Log:
+    """What both requests wrote, in order: ("old", bytes) for the flowing stream, ("new", …) for the new one."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, bytes]] = []
+        self.new_arrived: int | None = None
+
+    def sender(self, who: str) -> Any:
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message["body"]:
+                self.entries.append((who, message["body"]))
+
+        return send
+
+    def old_writes(self) -> int:
+        return sum(1 for who, _ in self.entries if who == "old")
+
+    def old_writes_during_start(self) -> int:
+        """The flowing stream's writes after the new request arrived and before its first delta went out."""
+        assert self.new_arrived is not None
+        later = self.entries[self.new_arrived :]
+        first_delta = next(i for i, (who, body) in enumerate(later) if who == "new" and b".delta\n" in body)
+        return sum(1 for who, _ in later[:first_delta] if who == "old")
+
+
+async def _two_streams(log: Log, old: Run, new: Any, *, new_stream: bool = True) -> None:
+    """Run ``old`` until it has written a few times, then let the ``new`` request arrive; wait for both."""
+    async with anyio.create_task_group() as group:
+        group.start_soon(FirstTokensFirst(RunResponse(old, stream=True)), SCOPE, _receive, log.sender("old"))
+        while log.old_writes() < 5:
+            await anyio.sleep(0)
+        log.new_arrived = len(log.entries)
+        group.start_soon(FirstTokensFirst(RunResponse(new, stream=new_stream)), SCOPE, _receive, log.sender("new"))
+
+
+@pytest.fixture
+def long_start_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # So that a slow test machine cannot end a start by its time limit before its first delta.
+    monkeypatch.setattr(_turns, "START_LIMIT", 10.0)
+
+
+def test_a_flat_out_stream_waits_for_a_new_request_first_delta(long_start_limit: None) -> None:
+    log = Log()
+    anyio.run(_two_streams, log, Run(20_000), Run(50, start_turns=30))
+    # Without the hold the old stream writes once per loop turn of the new request's 30-turn start.
+    assert log.old_writes_during_start() <= 2
+    # Held, not dropped: every event of both streams arrived.
+    for who, n in (("old", 20_000), ("new", 50)):
+        body = b"".join(b for w, b in log.entries if w == who)
+        assert body == CREATED + DELTA * n
+
+
+def test_a_paced_stream_is_not_held(long_start_limit: None) -> None:
+    log = Log()
+    anyio.run(_two_streams, log, Run(300, pace=0.002), Run(5, start_delay=0.1))
+    # One write per engine chunk, every 2 ms, all through the new request's 100 ms start.
+    assert log.old_writes_during_start() >= 10
+
+
+def test_a_start_holds_the_others_for_start_limit_at_most() -> None:
+    log = Log()
+    anyio.run(_two_streams, log, Run(20_000), Run(5, start_delay=20 * _turns.START_LIMIT))
+    assert log.old_writes_during_start() >= 10
+
+
+def test_a_request_answered_in_json_holds_no_one(long_start_limit: None) -> None:
+    log = Log()
+    new = Run(50, pace=0.004)  # 200 ms of generation before the JSON answer
+
+    async def main() -> None:
+        await _two_streams(log, Run(20_000), new, new_stream=False)
+
+    anyio.run(main)
+    assert new.final is not None
+    answer = next(i for i, (who, _) in enumerate(log.entries) if who == "new")
+    assert log.new_arrived is not None
+    assert sum(1 for who, _ in log.entries[log.new_arrived : answer] if who == "old") >= 10
