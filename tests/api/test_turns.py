@@ -134,3 +134,17 @@ def test_a_request_answered_in_json_holds_no_one(long_start_limit: None) -> None
     answer = next(i for i, (who, _) in enumerate(log.entries) if who == "new")
     assert log.new_arrived is not None
     assert sum(1 for who, _ in log.entries[log.new_arrived : answer] if who == "old") >= 10
+
+
+def test_a_starting_stream_writes_its_first_delta_at_once() -> None:
+    """A flat-out engine's first delta is not kept back while the producer works on (up to 2 ms) behind it."""
+    log = Log()
+
+    async def main() -> None:
+        await FirstTokensFirst(RunResponse(Run(20_000), stream=True))(SCOPE, _receive, log.sender("new"))
+
+    anyio.run(main)
+    first = next(body for _, body in log.entries if b".delta\n" in body)
+    assert first.count(b".delta\n") == 1
+    # Once the first delta is out, batches share writes again.
+    assert len(log.entries) < 20_000

@@ -19,7 +19,9 @@ for a few milliseconds; their tokens wait in the buffers, nothing is lost. Witho
 keeping the loop for 2 ms made every step of a new request wait up to 128 ms, and its first token 200 ms
 (engine bench, flat out). A producer whose batch came after a wait for its engine (a paced engine) is never
 held: it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a
-slow start (a long prefill on the engine) can cost the others.
+slow start (a long prefill on the engine) can cost the others. A starting request's own producer yields
+after every batch, so that its writer sends the first delta as soon as it exists rather than after up to
+``YIELD_INTERVAL`` of the tokens behind it.
 
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
@@ -150,9 +152,13 @@ class Turns:
 
     async def done(self) -> None:
         now = self._ended = self._clock()
-        traffic = self._traffic
-        if traffic.starting and not self._fresh and (self._start is None or not self._start.active):
-            await traffic.hold()  # another request is starting: it goes first
+        start = self._start
+        if start is not None and start.active:
+            # Starting: every batch goes to the writer at once (the first delta is among the next few).
+            await asyncio.sleep(0)
+            self.waited()
+        elif self._traffic.starting and not self._fresh:
+            await self._traffic.hold()  # another request is starting: it goes first
             self.waited()
         elif now - self._since >= YIELD_INTERVAL:
             await asyncio.sleep(0)
