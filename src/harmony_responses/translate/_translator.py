@@ -15,7 +15,6 @@ The translator owns ``sequence_number`` (0, 1, 2, … over every event), ``outpu
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -114,7 +113,7 @@ class Translator:
         self._decoder = TokenDecoder(vocab)
         if response is None:
             response = response_skeleton(id=new_id("resp"), created_at=clock(), model="gpt-oss")
-        self._response: dict[str, Any] = copy.deepcopy(response)
+        self._response: dict[str, Any] = orjson.loads(orjson.dumps(response))  # a deep copy (see _snapshot)
         self._response.update(status="in_progress", output=[], usage=None, error=None, incomplete_details=None)
 
         self.state = State.HEADER
