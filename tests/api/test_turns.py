@@ -148,3 +148,28 @@ def test_a_starting_stream_writes_its_first_delta_at_once() -> None:
     assert first.count(b".delta\n") == 1
     # Once the first delta is out, batches share writes again.
     assert len(log.entries) < 20_000
+
+
+def test_requests_arriving_without_end_cannot_stop_a_flowing_stream() -> None:
+    """Overload: a new request every 20 ms, each starting until its limit (no delta): someone is always
+    starting. The flowing stream still gets about half of the loop, not one batch per hold."""
+    log = Log()
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                FirstTokensFirst(RunResponse(Run(200_000), stream=True)), SCOPE, _receive, log.sender("old")
+            )
+            while log.old_writes() < 5:
+                await anyio.sleep(0)
+            before = log.old_writes()
+            for _ in range(15):  # 300 ms of arrivals
+                never = Run(1, start_delay=1.0)
+                group.start_soon(FirstTokensFirst(RunResponse(never, stream=True)), SCOPE, _receive, log.sender("new"))
+                await anyio.sleep(0.02)
+            during = log.old_writes() - before
+            group.cancel_scope.cancel()
+        # Over a thousand writes here with the free periods; under ten (one per hold) without them.
+        assert during >= 100
+
+    anyio.run(main)

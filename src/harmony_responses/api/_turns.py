@@ -19,7 +19,9 @@ for a few milliseconds; their tokens wait in the buffers, nothing is lost. Witho
 keeping the loop for 2 ms made every step of a new request wait up to 128 ms, and its first token 200 ms
 (engine bench, flat out). A producer whose batch came after a wait for its engine (a paced engine) is never
 held: it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a
-slow start (a long prefill on the engine) can cost the others. A starting request's own producer yields
+slow start (a long prefill on the engine) can cost the others, and when requests keep arriving faster than
+they start (a hold runs out), the next ``START_LIMIT`` holds no one: flowing streams keep at least half
+their pace under any overload (``Traffic.hold``). A starting request's own producer yields
 after every batch, so that its writer sends the first delta as soon as it exists rather than after up to
 ``YIELD_INTERVAL`` of the tokens behind it.
 
@@ -51,13 +53,14 @@ _DELTA = b".delta\n"
 class Traffic:
     """One event loop's starting requests."""
 
-    __slots__ = ("__weakref__", "_clear", "starting")
+    __slots__ = ("__weakref__", "_clear", "_free_until", "starting")
 
     _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Traffic] = weakref.WeakKeyDictionary()
 
     def __init__(self) -> None:
         self.starting = 0
         self._clear: asyncio.Future[None] | None = None  # done when no request is starting
+        self._free_until = 0.0  # (monotonic) after a hold that timed out, no one is held before this
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> Traffic:
@@ -66,12 +69,23 @@ class Traffic:
             traffic = cls._of[loop] = cls()
         return traffic
 
+    def holding(self) -> bool:
+        """Whether a producer working back to back should be held now."""
+        return self.starting > 0 and time.monotonic() >= self._free_until
+
     async def hold(self) -> None:
-        """Wait until no request is starting, at most ``START_LIMIT``."""
+        """Wait until no request is starting, at most ``START_LIMIT``.
+
+        A hold that runs out means requests keep arriving faster than they start (the process is
+        overloaded): the streams already flowing then get ``START_LIMIT`` free of holds, so that they
+        keep at least half of their pace instead of one batch per hold.
+        """
         if self._clear is None or self._clear.done():
             self._clear = asyncio.get_running_loop().create_future()
         # asyncio.wait neither cancels the shared future on timeout nor when this task is cancelled.
         await asyncio.wait((self._clear,), timeout=START_LIMIT)
+        if not self._clear.done():
+            self._free_until = max(self._free_until, time.monotonic() + START_LIMIT)
 
     def _started(self) -> None:
         self.starting -= 1
@@ -157,7 +171,7 @@ class Turns:
             # Starting: every batch goes to the writer at once (the first delta is among the next few).
             await asyncio.sleep(0)
             self.waited()
-        elif self._traffic.starting and not self._fresh:
+        elif not self._fresh and self._traffic.holding():
             await self._traffic.hold()  # another request is starting: it goes first
             self.waited()
         elif now - self._since >= YIELD_INTERVAL:
