@@ -19,11 +19,10 @@ for a few milliseconds; their tokens wait in the buffers, nothing is lost. Witho
 keeping the loop for 2 ms made every step of a new request wait up to 128 ms, and its first token 200 ms
 (engine bench, flat out). A producer whose batch came after a wait for its engine (a paced engine) is never
 held: it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a
-slow start (a long prefill on the engine) can cost the others, and when requests keep arriving faster than
-they start (a hold runs out), the next ``START_LIMIT`` holds no one: flowing streams keep at least half
-their pace under any overload (``Traffic.hold``). A starting request's own producer yields
-after every batch, so that its writer sends the first delta as soon as it exists rather than after up to
-``YIELD_INTERVAL`` of the tokens behind it.
+slow start (a long prefill on the engine) can cost the others, and under lasting overload (requests
+arriving faster than they start) flowing streams still get a fifth of the loop (``Traffic.hold``). A
+starting request's own producer yields after every batch, so that its writer sends the first delta as soon
+as it exists rather than after up to ``YIELD_INTERVAL`` of the tokens behind it.
 
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
@@ -45,6 +44,9 @@ YIELD_INTERVAL = 0.002
 WAITED = 0.0005
 # The longest a request counts as starting, so the longest it holds the other streams' producers.
 START_LIMIT = 0.05
+# How long holds may keep running out (requests arriving faster than they start) before the flowing
+# streams get START_LIMIT free of holds.
+OVERLOAD_SPAN = 4 * START_LIMIT
 # What a streamed body's first delta event looks like: SSE ``event:`` lines are the only place a raw
 # newline follows ``.delta`` (JSON escapes newlines inside ``data:``).
 _DELTA = b".delta\n"
@@ -53,14 +55,15 @@ _DELTA = b".delta\n"
 class Traffic:
     """One event loop's starting requests."""
 
-    __slots__ = ("__weakref__", "_clear", "_free_until", "starting")
+    __slots__ = ("__weakref__", "_clear", "_free_until", "_overloaded_since", "starting")
 
     _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Traffic] = weakref.WeakKeyDictionary()
 
     def __init__(self) -> None:
         self.starting = 0
         self._clear: asyncio.Future[None] | None = None  # done when no request is starting
-        self._free_until = 0.0  # (monotonic) after a hold that timed out, no one is held before this
+        self._free_until = 0.0  # (monotonic) no one is held before this
+        self._overloaded_since: float | None = None  # since when holds have been running out
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> Traffic:
@@ -76,21 +79,29 @@ class Traffic:
     async def hold(self) -> None:
         """Wait until no request is starting, at most ``START_LIMIT``.
 
-        A hold that runs out means requests keep arriving faster than they start (the process is
-        overloaded): the streams already flowing then get ``START_LIMIT`` free of holds, so that they
-        keep at least half of their pace instead of one batch per hold.
+        Holds that keep running out mean requests arrive faster than they start (the process is
+        overloaded). A burst of them (64 requests 2 ms apart) still gets the loop first, but after
+        ``OVERLOAD_SPAN`` of it the streams already flowing get ``START_LIMIT`` free of holds, so that
+        they keep a fifth of the loop instead of one batch per hold.
         """
         if self._clear is None or self._clear.done():
             self._clear = asyncio.get_running_loop().create_future()
         # asyncio.wait neither cancels the shared future on timeout nor when this task is cancelled.
         await asyncio.wait((self._clear,), timeout=START_LIMIT)
         if not self._clear.done():
-            self._free_until = max(self._free_until, time.monotonic() + START_LIMIT)
+            now = time.monotonic()
+            if self._overloaded_since is None:
+                self._overloaded_since = now - START_LIMIT
+            elif now - self._overloaded_since >= OVERLOAD_SPAN:
+                self._free_until = now + START_LIMIT
+                self._overloaded_since = None
 
     def _started(self) -> None:
         self.starting -= 1
-        if not self.starting and self._clear is not None and not self._clear.done():
-            self._clear.set_result(None)
+        if not self.starting:
+            self._overloaded_since = None
+            if self._clear is not None and not self._clear.done():
+                self._clear.set_result(None)
 
 
 class _Start:
