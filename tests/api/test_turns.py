@@ -174,3 +174,33 @@ def test_requests_arriving_without_end_cannot_stop_a_flowing_stream() -> None:
         assert during >= 100
 
     anyio.run(main)
+
+
+def test_a_start_past_its_limit_is_still_not_held_before_its_first_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose engine answers after START_LIMIT stops holding the others, but its own first delta
+    must not then wait behind a newer request's start (a paced burst: the tail's first tokens did)."""
+    monkeypatch.setattr(_turns, "START_LIMIT", 0.2)
+    times: dict[str, float] = {}
+
+    def sender(who: str) -> Any:
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and b".delta\n" in message["body"]:
+                times.setdefault(who, anyio.current_time())
+
+        return send
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            slow = Run(20_000, start_delay=0.3)  # its start runs out at 0.2 s, its first delta comes at 0.3 s
+            group.start_soon(FirstTokensFirst(RunResponse(slow, stream=True)), SCOPE, _receive, sender("slow"))
+            await anyio.sleep(0.25)
+            times["newer"] = anyio.current_time()
+            blocker = Run(1, start_delay=1.0)  # starting until 0.45 s (its limit)
+            group.start_soon(FirstTokensFirst(RunResponse(blocker, stream=True)), SCOPE, _receive, sender("newer"))
+            while "slow" not in times:
+                await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+    # About 0.05 s after the newer request arrived; held, it would come when that start ends (0.2 s).
+    assert times["slow"] - times["newer"] < 0.12

@@ -11,18 +11,19 @@ stream.)
 
 First tokens first. A request is *starting* from the moment it reaches the endpoint (``FirstTokensFirst``
 wraps it) until its first delta is written, it ends, it turns out not to stream (``end_start``), or
-``START_LIMIT`` has passed. While another request is starting, a producer working back to back is *held*
-at its next batch, until no request is starting (``START_LIMIT`` at most), instead of keeping its
-``YIELD_INTERVAL``. A saturated server then gives the loop to the new request's parsing, rendering,
-engine request and first chunks, the wait a client notices most, while the streams already flowing pause
-for a few milliseconds; their tokens wait in the buffers, nothing is lost. Without this, 64 streams each
-keeping the loop for 2 ms made every step of a new request wait up to 128 ms, and its first token 200 ms
-(engine bench, flat out). A producer whose batch came after a wait for its engine (a paced engine) is never
-held: it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a
-slow start (a long prefill on the engine) can cost the others, and under lasting overload (requests
-arriving faster than they start) flowing streams still get a fifth of the loop (``Traffic.hold``). A
-starting request's own producer yields after every batch, so that its writer sends the first delta as soon
-as it exists rather than after up to ``YIELD_INTERVAL`` of the tokens behind it.
+``START_LIMIT`` has passed. While another request is starting, a producer working back to back that has
+delivered its first delta (or has none to deliver) is *held* at its next batch, until no request is
+starting (``START_LIMIT`` at most), instead of keeping its ``YIELD_INTERVAL``. A saturated server then
+gives the loop to the new request's parsing, rendering, engine request and first chunks, the wait a client
+notices most, while the streams already flowing pause for a few milliseconds; their tokens wait in the
+buffers, nothing is lost. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
+request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). A producer whose batch came
+after a wait for its engine (a paced engine) is never held: it costs the loop little, and holding it would
+only delay its tokens. ``START_LIMIT`` bounds what a slow start (a long prefill on the engine) can cost
+the others, and under lasting overload (requests arriving faster than they start) flowing streams still
+get a fifth of the loop (``Traffic.hold``). A starting request's own producer yields after every batch, so
+that its writer sends the first delta as soon as it exists rather than after up to ``YIELD_INTERVAL`` of
+the tokens behind it.
 
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
@@ -105,14 +106,17 @@ class Traffic:
 
 
 class _Start:
-    """One request counted as starting until ``end()`` (called at most once in effect)."""
+    """One request: counted as starting (``active``) until ``end()``, and never held before it has
+    ``delivered`` its first delta (a start that ran out of ``START_LIMIT`` before it, behind a queue of
+    requests or a slow engine, must not then wait behind the others' starts)."""
 
-    __slots__ = ("active", "traffic", "_timer")
+    __slots__ = ("active", "delivered", "traffic", "_timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
         self.traffic.starting += 1
         self.active = True
+        self.delivered = False
         self._timer = loop.call_later(START_LIMIT, self.end)
 
     def end(self) -> None:
@@ -120,6 +124,11 @@ class _Start:
             self.active = False
             self._timer.cancel()
             self.traffic._started()
+
+    def finish(self) -> None:
+        """The first delta is out, or there will be none to hurry: ``end()``, and holdable from now on."""
+        self.delivered = True
+        self.end()
 
 
 # The request whose task (or a task it started) runs here: its producers are never held for its own start.
@@ -130,7 +139,7 @@ def end_start() -> None:
     """The current request does not stream (a JSON answer): it stops counting as starting."""
     start = _current.get()
     if start is not None:
-        start.end()
+        start.finish()
 
 
 class FirstTokensFirst:
@@ -145,13 +154,13 @@ class FirstTokensFirst:
 
         async def send_watching(message: Message) -> None:
             await send(message)
-            if start.active and message["type"] == "http.response.body" and _DELTA in message.get("body", b""):
-                start.end()
+            if not start.delivered and message["type"] == "http.response.body" and _DELTA in message.get("body", b""):
+                start.finish()
 
         try:
             await self.app(scope, receive, send_watching)
         finally:
-            start.end()
+            start.finish()  # what runs on (a background response) is an ordinary producer
             _current.reset(token)
 
 
@@ -182,7 +191,7 @@ class Turns:
             # Starting: every batch goes to the writer at once (the first delta is among the next few).
             await asyncio.sleep(0)
             self.waited()
-        elif not self._fresh and self._traffic.holding():
+        elif not self._fresh and (start is None or start.delivered) and self._traffic.holding():
             await self._traffic.hold()  # another request is starting: it goes first
             self.waited()
         elif now - self._since >= YIELD_INTERVAL:
