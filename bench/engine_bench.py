@@ -10,9 +10,12 @@ notes when each text token arrives. Figures, for 1 and 64 concurrent streams (64
 - between tokens: gaps between successive text tokens, p50/p99;
 - late (paced run only): how late each token arrives against its stream's own pace, p50/p99.
 
-Three readers: the fake directly; our server with the in-process replay engine playing the same tokens
-at the same pace (the server without the HTTP engine); our server with ``--engine vllm`` in front of the
-fake. ours/vllm − direct is what the whole layer adds; ours/vllm − ours/replay what the HTTP adapter adds.
+Four readers: the fake directly; a bare pass-through proxy in front of it (``_bare_proxy.py``: uvicorn and
+aiohttp, as our server uses, and nothing else: the floor of any Python layer here); our server with the
+in-process replay engine playing the same tokens at the same pace (the server without the HTTP engine);
+our server with ``--engine vllm`` in front of the fake. ours/vllm − direct is what the whole layer adds,
+ours/vllm − bare proxy what harmony-responses adds beyond the HTTP hops, ours/vllm − ours/replay what the
+HTTP adapter adds.
 
 Two runs: the fake streaming as fast as it can (what a per-token cost does to throughput-bound
 streams), and paced at 10 ms per token (a fast engine's pace: what a client actually waits for).
@@ -153,18 +156,24 @@ def main() -> None:
             tokens = completion(n_text)
             (work / "tokens.json").write_text(json.dumps(tokens))
             (work / "replay.jsonl").write_text(json.dumps({"tokens": tokens, "delay_ms": pace_ms}) + "\n")
-            fake_port, vllm_port, replay_port = free_port(), free_port(), free_port()
+            fake_port, vllm_port, replay_port, proxy_port = free_port(), free_port(), free_port(), free_port()
             fake = subprocess.Popen(
                 [sys.executable, str(HERE / "_vllm_fake.py"), str(fake_port), str(work / "tokens.json"), str(pace_ms)],
+                stderr=subprocess.PIPE,
+            )
+            proxy = subprocess.Popen(
+                [sys.executable, str(HERE / "_bare_proxy.py"), str(proxy_port), f"http://127.0.0.1:{fake_port}"],
                 stderr=subprocess.PIPE,
             )
             procs = [
                 fake,
                 serve(["--engine", f"vllm:http://127.0.0.1:{fake_port}"], vllm_port),
                 serve(["--engine", f"replay:{work / 'replay.jsonl'}"], replay_port),
+                proxy,
             ]
             readers = {
                 "direct": ("direct", f"http://127.0.0.1:{fake_port}/v1/completions", work / "direct.json", fake),
+                "bare proxy": ("direct", f"http://127.0.0.1:{proxy_port}/v1/completions", work / "direct.json", proxy),
                 "ours, replay engine": (
                     "ours",
                     f"http://127.0.0.1:{replay_port}/v1/responses",
@@ -179,7 +188,7 @@ def main() -> None:
                 ),
             }
             try:
-                for proc, port in zip(procs, (fake_port, vllm_port, replay_port), strict=True):
+                for proc, port in zip(procs, (fake_port, vllm_port, replay_port, proxy_port), strict=True):
                     wait_healthy(f"http://127.0.0.1:{port}", proc)
                 label = "as fast as it can" if not pace_ms else f"paced at {pace_ms} ms per token"
                 print(f"\nfake vLLM streaming {n_text} text tokens per stream, {label} (all figures in ms)")
