@@ -21,9 +21,9 @@ request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). 
 after a wait for its engine (a paced engine) is never held: it costs the loop little, and holding it would
 only delay its tokens. ``START_LIMIT`` bounds what a slow start (a long prefill on the engine) can cost
 the others, and under lasting overload (requests arriving faster than they start) flowing streams still
-get a fifth of the loop (``Traffic.hold``). A starting request's own producer yields after every batch, so
-that its writer sends the first delta as soon as it exists rather than after up to ``YIELD_INTERVAL`` of
-the tokens behind it.
+get a fifth of the loop (``Traffic.hold``). A starting request's own producer yields after every batch that
+came right behind another, so that its writer sends the first delta as soon as it exists rather than after
+up to ``YIELD_INTERVAL`` of the tokens behind it.
 
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
@@ -187,8 +187,11 @@ class Turns:
     async def done(self) -> None:
         now = self._ended = self._clock()
         start = self._start
-        if start is not None and start.active:
-            # Starting: every batch goes to the writer at once (the first delta is among the next few).
+        if start is not None and start.active and not self._fresh:
+            # Starting, and the next batch may be waiting already: let the writer send this one first (the
+            # first delta is among the next few). After a fresh batch the producer waits for its engine
+            # next, which gives the writer its turn anyway; a yield would only delay the next chunk by a
+            # whole loop pass, long when many requests are starting.
             await asyncio.sleep(0)
             self.waited()
         elif not self._fresh and (start is None or start.delivered) and self._traffic.holding():
