@@ -131,7 +131,7 @@ class _Start:
         self.end()
 
 
-# The request whose task (or a task it started) runs here: its producers are never held for its own start.
+# The request whose task (or a task it started) runs here: its producers are not held before its first delta.
 _current: contextvars.ContextVar[_Start | None] = contextvars.ContextVar("harmony_responses_start", default=None)
 
 
