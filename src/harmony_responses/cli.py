@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from .api.cli import add_serve_arguments
+    from .serve.cli import add_serve_arguments
     from .translate_cli import add_translate_arguments
 
     add_serve_arguments(

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from harmony_responses.api import Config, create_app
 from harmony_responses.engine import Engine
+from harmony_responses.serve import Config, create_app
 
 from .helpers import MODEL, Live, start_live, write_script
 

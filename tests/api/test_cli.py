@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harmony_responses.api.cli import add_serve_arguments, banner, config_from_args, serve
-from harmony_responses.api.config import DEFAULT_MODELS
 from harmony_responses.cli import build_parser
+from harmony_responses.serve.cli import add_serve_arguments, banner, config_from_args, serve
+from harmony_responses.serve.config import DEFAULT_MODELS
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

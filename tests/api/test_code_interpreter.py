@@ -312,7 +312,7 @@ def test_client_disconnect_during_the_tool_stops_the_loop_and_the_sandbox(serve:
             if "code_interpreter_call.interpreting" in line:
                 break
     assert container is not None
-    managed = live.app.state.containers.get(container)
+    managed = live.app.state.server.containers.get(container)
     deadline = time.monotonic() + 10
     while managed.running and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -74,7 +74,7 @@ def test_prompt_has_the_configured_date_and_no_web_search(serve: Serve) -> None:
 def test_encrypted_reasoning_is_rendered_back(serve: Serve) -> None:
     recorder = Recorder()
     live = serve(recorder.engine)
-    sealer = live.app.state.services.sealer
+    sealer = live.app.state.server.sealer
     history = [
         {"role": "user", "content": "Weather?"},
         {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": sealer.seal("SECRET-PLAN")},

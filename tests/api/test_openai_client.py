@@ -212,7 +212,7 @@ def test_encrypted_reasoning_round_trip(serve: Serve) -> None:
     assert reasoning.type == "reasoning"
     blob = reasoning.encrypted_content
     assert isinstance(blob, str) and "Need the weather" not in blob
-    sealer = live.app.state.services.sealer
+    sealer = live.app.state.server.sealer
     assert sealer.open(blob) == "Need the weather."
     # A client that keeps only the blob (no content) still gets its reasoning rendered back.
     history.append({"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": blob})

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from harmony_responses.api import schema as schema_module
-from harmony_responses.api.schema import check_json_schema, instance_problem, strict_schema_problem
+from harmony_responses.request import schema as schema_module
+from harmony_responses.request.schema import check_json_schema, instance_problem, strict_schema_problem
 
 PERSON: dict[str, Any] = {
     "type": "object",

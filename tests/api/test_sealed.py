@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harmony_responses.api import sealed
-from harmony_responses.api.sealed import ReasoningSealer
+from harmony_responses.request import sealed
+from harmony_responses.request.sealed import ReasoningSealer
 
 
 @pytest.mark.parametrize("use_fernet", [True, False], ids=["fernet", "hmac"])

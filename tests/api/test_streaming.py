@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from harmony_responses.api.streaming import RunResponse
+from harmony_responses.http.streaming import RunResponse
 
 FRAME = b"event: response.output_text.delta\ndata: {}\n\n"
 

@@ -1,4 +1,4 @@
-"""First tokens first (api/_turns.py), at the ASGI boundary of two streams sharing one event loop.
+"""First tokens first (run/turns.py, http/first_tokens.py), at the ASGI boundary of two streams sharing one event loop.
 
 A stream already flowing flat out must give the loop to a request that is starting until that request's
 first delta is written; a stream paced by its engine, a request answered in JSON and a start that takes
@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from harmony_responses.api import _turns
-from harmony_responses.api._turns import FirstTokensFirst
-from harmony_responses.api.streaming import RunResponse
+from harmony_responses.http.first_tokens import FirstTokensFirst
+from harmony_responses.http.streaming import RunResponse
+from harmony_responses.run import turns as _turns
 
 DELTA = b"event: response.output_text.delta\ndata: {}\n\n"
 CREATED = b"event: response.created\ndata: {}\n\n"

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from harmony_responses.api import Config, create_app
-from harmony_responses.api.app import web_search_from_config
-from harmony_responses.api.cli import add_serve_arguments, banner, config_from_args
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
+from harmony_responses.serve import Config, create_app
+from harmony_responses.serve.app import web_search_from_config
+from harmony_responses.serve.cli import add_serve_arguments, banner, config_from_args
 from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
 from tools.fake_exa import API_KEY, PAGES, FakeExa

@@ -14,8 +14,8 @@ from openai import OpenAI
 
 # The same scripted completions and tool as the api tests, so both suites speak of one model.
 from api.helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL  # noqa: F401
-from harmony_responses.api import Config, create_app
 from harmony_responses.engine import Engine
+from harmony_responses.serve import Config, create_app
 
 from .fakes import Fake, run_app, run_fake
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harmony_responses.api.cli import add_serve_arguments, config_from_args
 from harmony_responses.engine import EngineOptions
+from harmony_responses.serve.cli import add_serve_arguments, config_from_args
 
 from .fakes import VLLMFake, run_fake
 

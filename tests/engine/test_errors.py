@@ -15,7 +15,6 @@ from aiohttp.client_reqrep import ConnectionKey
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from harmony_responses.api.errors import to_api_error
 from harmony_responses.engine import (
     EngineError,
     EngineMismatch,
@@ -28,6 +27,7 @@ from harmony_responses.engine import (
     engine_from_spec,
 )
 from harmony_responses.engine._http import CLIENT_ERRORS, map_errors, refused, settle_stop
+from harmony_responses.http.errors import to_api_error
 
 from .fakes import FAKES, VLLMFake, harmony, run_fake
 

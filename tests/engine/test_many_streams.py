@@ -99,7 +99,7 @@ def test_a_slow_reader_slows_only_its_own_stream() -> None:
         slow.connect((host, int(port)))
         # store: false: the server pumps the engine for this client alone, so that backpressure reaches
         # the engine. (A stored response is pumped by a task of its own whatever the client does, its
-        # events kept in memory up to the response's size: api/live.py.)
+        # events kept in memory up to the response's size: run/live.py.)
         body = orjson.dumps({"model": MODEL, "input": "Hi", "stream": True, "store": False})
         slow.sendall(
             b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

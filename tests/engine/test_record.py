@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from harmony_responses.api import Config, create_app
+from harmony_responses.serve import Config, create_app
 
 from .fakes import Scenario, VLLMFake, harmony, run_app
 from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, stack, without_ids

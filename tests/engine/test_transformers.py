@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harmony_responses.api import Config, create_app
 from harmony_responses.engine import GenerateRequest
 from harmony_responses.engine._transformers import TransformersEngine
+from harmony_responses.serve import Config, create_app
 from harmony_responses.tokens import EngineEnd, TokenChunk
 
 from .fakes import harmony, run_app

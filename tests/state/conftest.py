@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from api.helpers import MODEL, Live, start_live, write_script
-from harmony_responses.api import Config, create_app
 from harmony_responses.engine import Engine
+from harmony_responses.serve import Config, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 Serve = Callable[..., Live]

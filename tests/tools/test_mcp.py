@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mcp_types import CallToolResult, ImageContent, TextContent
 
-from harmony_responses.api.cli import add_serve_arguments, config_from_args
+from harmony_responses.serve.cli import add_serve_arguments, config_from_args
 from harmony_responses.tools.mcp import (
     McpConnection,
     McpFailure,

@@ -1,7 +1,7 @@
 """Group commit for the event logs: every stream's writes go into one transaction per round.
 
 Two ways in. ``submit(ops, done)`` queues ops for the next round. A *source* (a stored response's event
-log, ``api/live.py``) instead says ``mark(source)`` when it has something new, and the writer pulls from
+log, ``run/live.py``) instead says ``mark(source)`` when it has something new, and the writer pulls from
 it (``source.take()``) when the round starts: whatever it published since its last round, one row of
 events and at most one response update however many chunks that was. Pulling keeps the per-token cost
 at appending to a list: no op, merge or callback per chunk. One task writes each round in one transaction
@@ -11,7 +11,7 @@ adapts to the load: one per event when the server is idle (lowest latency), one 
 under load (never one per token).
 
 ``done`` is how a stream learns that its events are durable: the API sends a stored response's events
-only once they are (``api/live.py``), so a stream resumed from the log, even after a crash, is exactly
+only once they are (``run/live.py``), so a stream resumed from the log, even after a crash, is exactly
 what a connected client saw.
 
 A failing database is retried with backoff for about ``RETRY_DELAYS`` seconds in total; after that the

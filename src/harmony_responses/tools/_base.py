@@ -1,6 +1,6 @@
 """The shared interface of built-in tools: a call's result, a tool's per-response session, the registry of sessions.
 
-The tool loop (``api/run.py``) owns one ``ToolSessions`` per response: it finds the session for each built-in call
+The tool loop (``run/loop.py``) owns one ``ToolSessions`` per response: it finds the session for each built-in call
 by namespace ("python" for the code interpreter, "browser" for web search, an MCP server's label), awaits
 ``session.call(call)``, hands the ``ToolResult`` to the translator and the model, and closes every session when
 the response ends. Tool implementations (code interpreter, web search, MCP) live beside this module.

@@ -6,7 +6,7 @@ is the client's error (400). A container's sandbox process starts at its first c
 expires after ``idle_seconds`` without a call (OpenAI's containers: 20 minutes), which kills the process.
 At most ``max_running`` sandboxes run at once: starting another expires the least recently used idle one.
 
-The ``ContainerManager`` lives as long as the app (``api/app.py`` closes it at shutdown). It probes bwrap
+The ``ContainerManager`` lives as long as the app (``run.Server`` closes it at shutdown). It probes bwrap
 at startup, in the background (the answer is cached per process); when sandboxing is unavailable and the
 operator did not opt out (``unsafe``), every call answers an error result saying why, and the startup log
 says it too.

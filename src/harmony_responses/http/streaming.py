@@ -1,4 +1,4 @@
-"""The ASGI response for a ``ResponseRun``: SSE or one JSON body, cancelled when the client goes away.
+"""The ASGI responses that stream: a ``ResponseRun`` as SSE or one JSON body, and a stored response's events.
 
 Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that the protocol needs:
 
@@ -10,6 +10,9 @@ Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that t
   and each write holds whole events only (a chunk's events share one write).
 
 SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:`` line, no ``id:``.
+
+``FollowStream`` sends a stored response's events (background mode, ``GET …?stream=true``): the client
+going away ends only its stream, never the response.
 """
 
 from __future__ import annotations
@@ -18,18 +21,19 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import AsyncIterator
 
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from ..run import ResponseRun, StoredRun
+from ..run.turns import Turns, end_start
 from ..sse import encode_event
-from ._turns import Turns, end_start
 from .errors import error_response, json_response
-from .run import ResponseRun
 
-__all__ = ["RunResponse"]
+__all__ = ["SSE_HEADERS", "FollowStream", "RunResponse"]
 
-logger = logging.getLogger("harmony_responses.api")
+logger = logging.getLogger("harmony_responses.http")
 
 # Batches (engine chunks' events) buffered between the run and the socket: enough to coalesce writes, few
 # enough that a client that stops reading holds back its engine soon.
@@ -99,7 +103,7 @@ def _wake(waiter: asyncio.Future[None] | None) -> None:
 class RunResponse:
     """Serve ``run`` as SSE (``stream`` true) or as the final Response object in JSON."""
 
-    def __init__(self, run: ResponseRun, *, stream: bool) -> None:
+    def __init__(self, run: ResponseRun | StoredRun, *, stream: bool) -> None:
         self.run = run
         self.stream = stream
         self.disconnected = False
@@ -165,7 +169,7 @@ class RunResponse:
             await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
 
     async def _produce(self, handoff: _Handoff) -> None:
-        turns = Turns()  # an engine that never waits must not keep the loop from the writer (api/_turns.py)
+        turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
                 async for batch in batches:
@@ -196,3 +200,35 @@ class RunResponse:
             final = self.run.final
             response = json_response(final) if final is not None else error_response(RuntimeError("no final"))
         await response(scope, receive, send)
+
+
+class FollowStream:
+    """SSE of a stored response's events: from a live response here, or polled from the store.
+
+    The client going away only ends this stream; the response itself goes on (background mode is not
+    tied to any connection). The body ends right after the terminal event.
+    """
+
+    def __init__(self, source: AsyncIterator[bytes]) -> None:
+        self._source = source
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            try:
+                async with contextlib.aclosing(self._source) as source:
+                    async for chunk in source:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:  # the client went away mid-write
+                pass
+            group.cancel_scope.cancel()
+
+    @staticmethod
+    async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                scope.cancel()
+                return

@@ -8,11 +8,10 @@ Body: ``{"error": {"message", "type", "param", "code"}}`` (responses-protocol.md
 
 Mapping (``to_api_error``):
 
-    APIError              as raised (validation, auth, routing decisions in this package)
-    RenderError           400, its param and code (the request cannot be rendered into Harmony)
+    APIError              as raised (validation, auth, routing and run decisions)
     HTTPException         404 "Invalid URL (METHOD /path)", 405, or its status and detail
-    EngineError           its status_hint and code_hint: 503 server_error engine_unavailable, or 400
-                          context_length_exceeded when the engine refused a prompt longer than its context
+    what the layers below raise before a response starts: as ``run.api_error`` maps it (a render error
+                          400, an engine that refused 503 or 400 ``context_length_exceeded``)
     anything else         500 server_error, no detail: a bug, logged with its traceback
 """
 
@@ -27,8 +26,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..engine import EngineError
-from ..render import RenderError
+from ..errors import APIError
+from ..run import REFUSALS, api_error
 
 __all__ = [
     "APIError",
@@ -38,38 +37,10 @@ __all__ = [
     "to_api_error",
 ]
 
-logger = logging.getLogger("harmony_responses.api")
+logger = logging.getLogger("harmony_responses.http")
 
 # The live API's wording for a server-side failure.
 SERVER_ERROR_MESSAGE = "The server had an error while processing your request. Sorry about that!"
-
-
-class APIError(Exception):
-    """An error for the client, with the status and body fields the API would send."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def __repr__(self) -> str:
-        return f"APIError({self.status}, {self.message!r}, param={self.param!r}, code={self.code!r})"
 
 
 def json_response(content: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -78,10 +49,6 @@ def json_response(content: Any, status: int = 200, headers: Mapping[str, str] | 
 
 def to_api_error(exc: BaseException, *, method: str = "", path: str = "") -> APIError:
     """The client-facing error for any exception raised before the response started."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, RenderError):
-        return APIError(exc.message, param=exc.param, code=exc.code)
     if isinstance(exc, HTTPException):
         if exc.status_code == 404:
             return APIError(f"Invalid URL ({method} {path})", status=404)
@@ -93,14 +60,9 @@ def to_api_error(exc: BaseException, *, method: str = "", path: str = "") -> API
                 headers=exc.headers,
             )
         return APIError(str(exc.detail), status=exc.status_code, headers=exc.headers)
-    if isinstance(exc, EngineError):
-        status = exc.status_hint
-        return APIError(
-            f"The engine could not take the request: {exc}",
-            status=status,
-            type="server_error" if status >= 500 else "invalid_request_error",
-            code=exc.code_hint,
-        )
+    error = api_error(exc)
+    if error is not None:
+        return error
     logger.error("unexpected error", exc_info=exc)
     return APIError(SERVER_ERROR_MESSAGE, status=500, type="server_error", code="server_error")
 
@@ -117,9 +79,7 @@ async def _handle(request: Request, exc: Exception) -> Response:
 # For Starlette(exception_handlers=...): the ``Exception`` entry makes ServerErrorMiddleware answer in
 # JSON too, so that not even a bug shows the client a plain-text 500 or a traceback.
 exception_handlers: dict[Any, Any] = {
-    APIError: _handle,
-    RenderError: _handle,
+    **dict.fromkeys(REFUSALS, _handle),
     HTTPException: _handle,
-    EngineError: _handle,
     Exception: _handle,
 }

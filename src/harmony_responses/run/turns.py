@@ -9,8 +9,9 @@ means the loop had its turns meanwhile, and the count starts again. (Counting fr
 made every chunk of a paced engine, one per 10 ms, look overdue: one needless loop turn per token per
 stream.)
 
-First tokens first. A request is *starting* from the moment it reaches the endpoint (``FirstTokensFirst``
-wraps it) until its first delta is written, it ends, it turns out not to stream (``end_start``), or
+First tokens first. A request is *starting* from the moment it reaches the endpoint (``starting()``
+counts it; the HTTP layer's ``FirstTokensFirst`` wraps the endpoint in it) until its first delta is
+written (the transport calls ``Start.finish``), it ends, it turns out not to stream (``end_start``), or
 ``START_LIMIT`` has passed. While another request is starting, a producer working back to back that has
 delivered its first delta (or has none to deliver) is *held* at its next batch, until no request is
 starting (``START_LIMIT`` at most), instead of keeping its ``YIELD_INTERVAL``. A saturated server then
@@ -31,13 +32,13 @@ The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 import weakref
+from collections.abc import Iterator
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-__all__ = ["START_LIMIT", "YIELD_INTERVAL", "FirstTokensFirst", "Turns", "end_start"]
+__all__ = ["START_LIMIT", "YIELD_INTERVAL", "Start", "Turns", "end_start", "starting"]
 
 # The longest a producer keeps the event loop to itself.
 YIELD_INTERVAL = 0.002
@@ -48,9 +49,6 @@ START_LIMIT = 0.05
 # How long holds may keep running out (requests arriving faster than they start) before the flowing
 # streams get START_LIMIT free of holds.
 OVERLOAD_SPAN = 4 * START_LIMIT
-# What a streamed body's first delta event looks like: SSE ``event:`` lines are the only place a raw
-# newline follows ``.delta`` (JSON escapes newlines inside ``data:``).
-_DELTA = b".delta\n"
 
 
 class Traffic:
@@ -105,7 +103,7 @@ class Traffic:
                 self._clear.set_result(None)
 
 
-class _Start:
+class Start:
     """One request: counted as starting (``active``) until ``end()``, and never held before it has
     ``delivered`` its first delta (a start that ran out of ``START_LIMIT`` before it, behind a queue of
     requests or a slow engine, must not then wait behind the others' starts)."""
@@ -132,7 +130,7 @@ class _Start:
 
 
 # The request whose task (or a task it started) runs here: its producers are not held before its first delta.
-_current: contextvars.ContextVar[_Start | None] = contextvars.ContextVar("harmony_responses_start", default=None)
+_current: contextvars.ContextVar[Start | None] = contextvars.ContextVar("harmony_responses_start", default=None)
 
 
 def end_start() -> None:
@@ -142,26 +140,16 @@ def end_start() -> None:
         start.finish()
 
 
-class FirstTokensFirst:
-    """ASGI wrapper: the wrapped endpoint's requests count as starting until their first delta is written."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start = _Start(asyncio.get_running_loop())
-        token = _current.set(start)
-
-        async def send_watching(message: Message) -> None:
-            await send(message)
-            if not start.delivered and message["type"] == "http.response.body" and _DELTA in message.get("body", b""):
-                start.finish()
-
-        try:
-            await self.app(scope, receive, send_watching)
-        finally:
-            start.finish()  # what runs on (a background response) is an ordinary producer
-            _current.reset(token)
+@contextlib.contextmanager
+def starting() -> Iterator[Start]:
+    """Count the request running in this context as starting, until its ``Start.finish()`` or the end."""
+    start = Start(asyncio.get_running_loop())
+    token = _current.set(start)
+    try:
+        yield start
+    finally:
+        start.finish()  # what runs on (a background response) is an ordinary producer
+        _current.reset(token)
 
 
 class Turns:

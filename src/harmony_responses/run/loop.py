@@ -52,16 +52,16 @@ import orjson
 from openai_harmony import Author, Message, Role
 
 from ..engine import Engine, EngineStream, GenerateRequest
+from ..request.schema import instance_problem
+from ..request.sealed import ReasoningSealer
 from ..tokens import EngineEnd, TokenChunk
 from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
-from .schema import instance_problem
-from .sealed import ReasoningSealer
 
 __all__ = ["ResponseRun"]
 
-logger = logging.getLogger("harmony_responses.api")
+logger = logging.getLogger("harmony_responses.run")
 
 Event = dict[str, Any]
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})

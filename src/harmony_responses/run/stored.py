@@ -1,6 +1,6 @@
-"""The server's state: the store, this process's live responses, background work, leases and recovery.
+"""Stored responses: the store, this process's live responses, background work, leases and recovery.
 
-``State`` is built in the app's lifespan (``app.state.stateful``) and owns:
+``StoredResponses`` is built by ``server.Server`` and started in the app's lifespan. It owns:
 
 - the store (``--store``) and its group-commit ``Writer``;
 - this process's row in ``processes`` with a heartbeat every ``HEARTBEAT_INTERVAL`` seconds — its lease;
@@ -10,10 +10,10 @@
   arrive through another process), ends the responses of processes that died (``recovery.py``), and
   purges data older than ``--retention``.
 
-Requests use it twice: ``prepare`` (before rendering) resolves ``previous_response_id``, ``conversation`` and
-``item_reference`` into items and normalises the input; ``respond`` (after) decides how the response runs:
-not stored (the plain ``RunResponse``), stored in the foreground (``StoredRun``), or in the background
-(detached task; the POST answers at once).
+Requests use it twice: as the request's ``History`` (request/resolve.py: the stored items that
+``previous_response_id``, ``conversation`` and ``item_reference`` name), and ``respond`` (once the run is
+built) decides how the response runs: not stored (the ``ResponseRun`` as it is), stored in the foreground
+(``StoredRun``), or in the background (a detached task; the POST answers at once with ``Background``).
 
 A process is dead when its lease expired (no heartbeat for ``LEASE`` seconds, by the database's clock), or
 at once when it ran on this same host (and pid namespace) and its pid is gone — so a server restarted
@@ -25,27 +25,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-import anyio
 import orjson
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import APIError, not_found
 from ..ids import random_id
+from ..request import ResponseRequest
 from ..store import (
     ACTIVE_STATUSES,
     ActiveResponse,
     AppendEvents,
     AppendItems,
     InsertResponse,
+    ItemKind,
     Op,
     ProcessInfo,
     Store,
@@ -54,17 +53,13 @@ from ..store import (
     Writer,
     store_from_spec,
 )
-from .config import Config
-from .errors import APIError, json_response
-from .items import is_item_reference, normalize_items
 from .live import TERMINAL_EVENTS, LiveResponse, StoredRun, produce, sse_frames
+from .loop import ResponseRun
 from .recovery import CRASH_MESSAGE, closing_events
-from .run import ResponseRun
-from .streaming import SSE_HEADERS, RunResponse
 
-__all__ = ["Prepared", "State", "not_found"]
+__all__ = ["Background", "StoredResponses"]
 
-logger = logging.getLogger("harmony_responses.api")
+logger = logging.getLogger("harmony_responses.run")
 
 HEARTBEAT_INTERVAL = 2.0
 # A process whose heartbeat is older than this is dead: several missed heartbeats, so that a process
@@ -75,11 +70,6 @@ FOLLOW_POLL_INTERVAL = 0.02
 CANCEL_WAIT = 10.0
 FORGET_PROCESSES_AFTER = 7 * 24 * 3600.0
 READ_BATCH = 1000
-
-
-def not_found(kind: str, id: str) -> APIError:
-    # The API's wording ("Response with id 'resp_x' not found."), param and code null, status 404.
-    return APIError(f"{kind} with id '{id}' not found.", status=404)
 
 
 def host_key() -> str:
@@ -116,44 +106,53 @@ def event_type(data: bytes) -> str:
     return str(orjson.loads(data)["type"])
 
 
-@dataclass(slots=True, kw_only=True)
-class Prepared:
-    """A request's state, resolved before rendering (see ``State.prepare``)."""
+@dataclass(frozen=True, slots=True)
+class Background:
+    """A background response, queued: what the POST answers (the Response, or a stream of its events)."""
 
-    owner: str
-    store: bool
-    background: bool
-    previous_response_id: str | None
-    conversation_id: str | None
-    input_items: list[dict[str, Any]]
-    render_body: dict[str, Any]
+    response: dict[str, Any]
+    live: LiveResponse
 
-    @property
-    def echo(self) -> dict[str, Any]:
-        """Response fields the request's state decides (responses-protocol.md §6)."""
-        return {
-            "previous_response_id": self.previous_response_id,
-            "conversation": {"id": self.conversation_id} if self.conversation_id else None,
-            "background": self.background,
-            "store": self.store,
-        }
+    def events(self) -> AsyncIterator[bytes]:
+        """Its events as SSE, from the first, until the terminal one."""
+        return framed(self.live.follow())
 
 
-class State:
-    """See the module docstring. ``start()`` in the lifespan, ``aclose()`` at shutdown."""
+async def framed(follow: AsyncIterator[tuple[list[str], list[bytes]]]) -> AsyncIterator[bytes]:
+    """A ``LiveResponse.follow()`` as SSE bytes (from the JSON that was logged: no second encoding)."""
+    async for types, encoded in follow:
+        yield sse_frames(types, encoded)
 
-    def __init__(self, config: Config, store: Store | None = None) -> None:
-        self.config = config
-        self.store = store if store is not None else store_from_spec(config.store, config.data_dir)
-        self.writer = Writer(self.store)
-        self.process = ProcessInfo(id=random_id("proc"), host=host_key(), pid=os.getpid())
+
+class StoredResponses:
+    """See the module docstring. ``start()`` in the lifespan, ``aclose()`` at shutdown.
+
+    Args:
+        store: a store spec (``harmony_responses.store``) and the SQLite store's folder, or a ``Store``.
+        retention: seconds after which finished responses and idle conversations are deleted (None: kept).
+    """
+
+    def __init__(self, store: str | Store, *, data_dir: str | None = None, retention: float | None = None) -> None:
+        self._spec = store
+        self._data_dir = data_dir
+        self._store: Store | None = None
+        self.retention = retention
         self.live: dict[str, LiveResponse] = {}
         self._maintenance: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
 
-    # ------------------------------------------------------------------ lifetime
+    @property
+    def store(self) -> Store:
+        assert self._store is not None, "StoredResponses.start() has not run"
+        return self._store
 
     async def start(self) -> None:
+        """Raises ``StoreError`` when the store cannot be opened (or its spec names no store)."""
+        spec = self._spec
+        self._store = store_from_spec(spec, self._data_dir) if isinstance(spec, str) else spec
+        self.writer = Writer(self.store)
+        self.process = ProcessInfo(id=random_id("proc"), host=host_key(), pid=os.getpid())
+        self.live = {}
+        self._wake = asyncio.Event()
         await self.store.open()
         self.writer.start()
         await self.store.register_process(self.process)
@@ -174,54 +173,15 @@ class State:
 
     # ------------------------------------------------------------------ requests
 
-    def owner_of(self, request: Request) -> str:
-        """Who may see what this request stores: a hash of its API key (never the key), ``""`` without auth."""
-        if not self.config.api_keys:
-            return ""
-        token = request.headers.get("authorization", "").partition(" ")[2].strip()
-        return hashlib.sha256(token.encode()).hexdigest()
+    async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
+        return await self.store.find_item(item_id, owner)
 
-    async def prepare(self, request: Request, body: dict[str, Any]) -> Prepared:
-        """Resolve the request's state: its own input (ids assigned, references resolved) and prior items.
+    async def conversation_items(self, conversation_id: str, owner: str) -> list[dict[str, Any]] | None:
+        if await self.store.get_conversation(conversation_id, owner) is None:
+            return None
+        return await self.store.all_items(conversation_id, "conversation")
 
-        Raises:
-            APIError: 400 ``previous_response_not_found``, 404 for an unknown conversation, 400 for an
-                ``item_reference`` to no stored item.
-        """
-        owner = self.owner_of(request)
-        items = normalize_items(body.get("input"), random_id)
-        for i, item in enumerate(items):
-            if is_item_reference(item):
-                found = await self.store.find_item(item["id"], owner)
-                if found is None:
-                    raise APIError(f"Item with id '{item['id']}' not found.", param=f"input[{i}]", code="invalid_value")
-                items[i] = found
-
-        previous = body.get("previous_response_id")
-        prior: list[dict[str, Any]] | None = None
-        if previous is not None:
-            prior = await self._previous_items(previous, owner)
-        conversation = body.get("conversation")
-        conversation_id = conversation if isinstance(conversation, str) or conversation is None else conversation["id"]
-        if conversation_id is not None:
-            if await self.store.get_conversation(conversation_id, owner) is None:
-                raise APIError(f"Conversation with id '{conversation_id}' not found.", status=404, param="conversation")
-            prior = await self.store.all_items(conversation_id, "conversation")
-
-        # Prior items go first in ``input`` (rather than render's ``prior_items``) so that ``truncation:
-        # "auto"`` can drop them too, oldest turns first (fit.py works on ``input``).
-        render_body = dict(body, input=(prior or []) + items)
-        return Prepared(
-            owner=owner,
-            store=body.get("store") is not False,
-            background=bool(body.get("background")),
-            previous_response_id=previous,
-            conversation_id=conversation_id,
-            input_items=items,
-            render_body=render_body,
-        )
-
-    async def _previous_items(self, previous: str, owner: str) -> list[dict[str, Any]]:
+    async def previous_items(self, previous: str, owner: str) -> list[dict[str, Any]]:
         not_found_error = APIError(
             f"Previous response with id '{previous}' not found.",
             param="previous_response_id",
@@ -244,11 +204,11 @@ class State:
         return chain
 
     async def respond(
-        self, prepared: Prepared, run: ResponseRun, *, response_id: str, created_at: int, stream: bool
-    ) -> ASGIApp:
+        self, prepared: ResponseRequest, run: ResponseRun, *, response_id: str, created_at: int
+    ) -> ResponseRun | StoredRun | Background:
         """How the response runs: not stored, stored in the foreground, or in the background."""
         if not prepared.store and prepared.conversation_id is None:
-            return RunResponse(run, stream=stream)
+            return run
         encoded_input = [(item["id"], orjson.dumps(item)) for item in prepared.input_items]
         live = LiveResponse(
             response_id=response_id,
@@ -279,7 +239,7 @@ class State:
         )
         self._register(live)
         if not prepared.background:
-            return RunResponse(StoredRun(run, live, insert), stream=stream)
+            return StoredRun(run, live, insert)
 
         # Background: the row and response.created + response.queued are committed before the POST answers,
         # so that the id it returns can be retrieved at once, here or through any other process.
@@ -290,9 +250,7 @@ class State:
         await live.wait_beyond(len(opening) - 1)
         live.task = asyncio.get_running_loop().create_task(produce(live, run, queued=True), name=f"bg-{response_id}")
         self._wake.set()
-        if stream:
-            return FollowStream(live.follow())
-        return json_response(opening[0]["response"])  # type: ignore[index]
+        return Background(opening[0]["response"], live)  # type: ignore[index]
 
     def _register(self, live: LiveResponse) -> None:
         self.live[live.id] = live
@@ -314,14 +272,30 @@ class State:
             raise not_found("Response", response_id)
         return orjson.loads(row.response)
 
-    async def stream(self, response_id: str, owner: str, *, after: int) -> ASGIApp:
-        """The response's log as SSE from ``sequence_number > after``, then live events until the end."""
+    async def stream(self, response_id: str, owner: str, *, after: int) -> AsyncIterator[bytes]:
+        """The response's log as SSE from ``sequence_number > after``, then live events until the end.
+
+        Raises:
+            APIError: 404 for a response that does not exist (or is not the caller's).
+        """
         live = self.live_for(response_id, owner)
         if live is not None:
-            return FollowStream(live.follow(after))
+            return framed(live.follow(after))
         if await self.store.get_response(response_id, owner) is None:
             raise not_found("Response", response_id)
-        return FollowStream(self._poll_log(response_id, after))
+        return self._poll_log(response_id, after)
+
+    async def input_items(
+        self, response_id: str, owner: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """A page of the response's input items and whether more follow.
+
+        Raises:
+            APIError: 404 for an unknown response, 400 for an ``after`` that is not in the list.
+        """
+        if self.live_for(response_id, owner) is None and await self.store.get_response(response_id, owner) is None:
+            raise not_found("Response", response_id)
+        return await page(self.store, response_id, "input", after=after, limit=limit, order=order)
 
     async def _poll_log(self, response_id: str, after: int) -> AsyncIterator[bytes]:
         """Events from the store, polling for more until the terminal one (the producer is elsewhere)."""
@@ -403,7 +377,7 @@ class State:
         next_heartbeat = time.monotonic() + HEARTBEAT_INTERVAL
         next_purge = time.monotonic()
         next_forget = time.monotonic()
-        retention = self.config.retention
+        retention = self.retention
         purge_every = min(60.0, retention / 2) if retention else None
         while True:
             try:
@@ -506,39 +480,15 @@ class State:
         return True
 
 
-class FollowStream:
-    """SSE of a stored response's events: from a live response here, or polled from the store.
+async def page(
+    store: Store, parent: str, kind: ItemKind, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+) -> tuple[list[dict[str, Any]], bool]:
+    """A page of a response's input items or a conversation's items, and whether more follow.
 
-    The client going away only ends this stream; the response itself goes on (background mode is not
-    tied to any connection). The body ends right after the terminal event.
+    Raises:
+        APIError: 400 for an ``after`` that is not in the list.
     """
-
-    def __init__(self, source: AsyncIterator[Any]) -> None:
-        self._source = source
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            try:
-                async with contextlib.aclosing(self._source) as source:
-                    async for chunk in source:
-                        await send({"type": "http.response.body", "body": _body(chunk), "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            except OSError:  # the client went away mid-write
-                pass
-            group.cancel_scope.cancel()
-
-    @staticmethod
-    async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                scope.cancel()
-                return
-
-
-def _body(chunk: Any) -> bytes:
-    if isinstance(chunk, bytes):
-        return chunk
-    return sse_frames(*chunk)  # a LiveResponse.follow() slice
+    found = await store.list_items(parent, kind, after=after, limit=limit, order=order)
+    if found is None:
+        raise APIError(f"Invalid 'after': no item with id '{after}' in this list.", param="after", code="invalid_value")
+    return found.items, found.has_more

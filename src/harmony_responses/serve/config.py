@@ -1,4 +1,4 @@
-"""The server's configuration: one keyword-only value class, filled by the CLI (flags and env-var twins)."""
+"""The server's configuration: one keyword-only value class, filled by the CLI from ``options.OPTIONS``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,9 @@ from dataclasses import dataclass, field
 from ..engine import EngineOptions
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import McpOptions
+from .options import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MODELS", "Config"]
-
-DEFAULT_MODELS: tuple[str, ...] = ("gpt-oss-120b", "gpt-oss-20b")
-# gpt-oss's context window (harmony.md): prompt plus generation.
-DEFAULT_CONTEXT_WINDOW = 131_072
-# Codex's first turn is ~25 KB and a long agent session a few MB of JSON; 32 MiB leaves room for any
-# 128k-token conversation while keeping one request from taking the process's memory.
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)

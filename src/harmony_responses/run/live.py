@@ -13,7 +13,7 @@ and publishes each batch of events. A stop (``LiveResponse.stop``) cancels that 
 response in-band: ``cancel`` (background cancel, or a foreground client gone) ends it ``cancelled``
 (``Translator.cancel``), ``shutdown`` ends it ``failed`` with a reason.
 
-``StoredRun`` wraps a foreground ``ResponseRun`` so that ``streaming.RunResponse`` serves a stored response
+``StoredRun`` wraps a foreground ``ResponseRun`` so that the HTTP layer's ``RunResponse`` serves a stored response
 unchanged: same ``start``/``batches``/``aclose``/``final``, but the batches are the durable events.
 """
 
@@ -31,12 +31,12 @@ import orjson
 
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
-from ._turns import Turns
-from .run import ResponseRun
+from .loop import ResponseRun
+from .turns import Turns
 
 __all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce", "sse_frames"]
 
-logger = logging.getLogger("harmony_responses.api")
+logger = logging.getLogger("harmony_responses.run")
 
 Event = dict[str, Any]
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -245,7 +245,7 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                 translator.receive_end("error", f"the engine could not take the request: {exc}")
                 live.publish(translator.events())
                 return
-        turns = Turns()  # an engine that never waits must not keep the loop to itself (api/_turns.py)
+        turns = Turns()  # an engine that never waits must not keep the loop to itself (run/turns.py)
         async with contextlib.aclosing(run.batches()) as batches:
             async for batch in batches:
                 turns.arrived()
@@ -299,7 +299,7 @@ def sse_frames(types: Sequence[str], encoded: Sequence[bytes]) -> bytes:
 
 
 class StoredRun:
-    """A foreground ``ResponseRun`` whose events are logged, served by ``streaming.RunResponse`` as is.
+    """A foreground ``ResponseRun`` whose events are logged, served by the HTTP layer's ``RunResponse`` as is.
 
     ``start`` calls the engine (an engine refusing the request is still an HTTP error, and nothing is
     stored); only then is the response row written. ``batches`` yields durable events; ``aclose``

@@ -3,19 +3,24 @@
 With API keys configured, every request except ``GET /health`` needs ``Authorization: Bearer <key>``
 with one of them; otherwise 401 ``invalid_api_key`` in the API's wording. Keys are compared in constant
 time. Without keys configured the middleware is not installed at all.
+
+What a request stores belongs to its key: ``owner_of`` names the owner by a hash of the key (never the
+key itself), or ``""`` when the server has no keys.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterable
 
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError, error_response
 
-__all__ = ["BearerAuth"]
+__all__ = ["BearerAuth", "owner_of"]
 
 OPEN_PATHS = frozenset({"/health"})
 
@@ -56,3 +61,11 @@ class BearerAuth:
             message = f"Incorrect API key provided: {_masked(token)}."
         error = APIError(message, status=401, code="invalid_api_key")
         await error_response(error)(scope, receive, send)
+
+
+def owner_of(request: Request) -> str:
+    """Who may see what this request stores: a hash of its API key, ``""`` on a server without keys."""
+    if not request.app.state.keyed:
+        return ""
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from .errors import APIError
+from ..errors import APIError
 
 __all__ = ["MIN_OUTPUT_TOKENS", "render_to_fit"]
 

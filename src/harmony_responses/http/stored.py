@@ -15,29 +15,27 @@ Routes (responses-protocol.md §8; shapes of the ``openai`` package's types)::
     GET    /v1/conversations/{id}/items/{item}   the item
     DELETE /v1/conversations/{id}/items/{item}   Conversation
 
-Everything is scoped to the caller's API key (``State.owner_of``): another key's response or conversation
+Everything is scoped to the caller's API key (``auth.owner_of``): another key's response or conversation
 is a 404, exactly as one that does not exist. ``GET …?stream=true`` works for every stored response (each
 has its event log), not only background ones.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import Any, Literal
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from ..ids import random_id
-from ..store import AppendItems, ConversationRecord, CreateConversation
-from .errors import APIError, json_response
-from .items import is_item_reference, normalize_items
+from ..errors import APIError
+from ..request import check_metadata
+from ..run import Server, conversation_object
+from .auth import owner_of
+from .errors import json_response
 from .responses import read_json_body
-from .state import State, not_found
-from .validate import check_metadata
+from .streaming import FollowStream
 
 __all__ = ["routes"]
 
@@ -46,9 +44,8 @@ DEFAULT_LIMIT = 20
 MAX_ITEMS_PER_REQUEST = 20
 
 
-def _state(request: Request) -> tuple[State, str]:
-    state: State = request.app.state.stateful
-    return state, state.owner_of(request)
+def _server(request: Request) -> tuple[Server, str]:
+    return request.app.state.server, owner_of(request)
 
 
 def _int_query(request: Request, name: str, default: int | None) -> int | None:
@@ -72,7 +69,7 @@ def _bool_query(request: Request, name: str) -> bool:
     return raw in ("true", "1")
 
 
-def _page_params(request: Request) -> tuple[str | None, int, Any]:
+def _page_params(request: Request) -> tuple[str | None, int, Literal["asc", "desc"]]:
     limit = _int_query(request, "limit", DEFAULT_LIMIT)
     assert limit is not None
     if limit < 1:
@@ -92,15 +89,7 @@ def _page_params(request: Request) -> tuple[str | None, int, Any]:
         raise APIError(
             f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.", param="order", code="invalid_value"
         )
-    return request.query_params.get("after") or None, limit, order
-
-
-async def _page(state: State, parent: str, kind: Any, request: Request) -> Response:
-    after, limit, order = _page_params(request)
-    page = await state.store.list_items(parent, kind, after=after, limit=limit, order=order)
-    if page is None:
-        raise APIError(f"Invalid 'after': no item with id '{after}' in this list.", param="after", code="invalid_value")
-    return _list(page.items, page.has_more)
+    return request.query_params.get("after") or None, limit, order  # type: ignore[return-value]
 
 
 def _list(items: list[dict[str, Any]], has_more: bool) -> Response:
@@ -119,43 +108,40 @@ def _list(items: list[dict[str, Any]], has_more: bool) -> Response:
 
 
 async def retrieve_response(request: Request) -> ASGIApp:
-    state, owner = _state(request)
+    server, owner = _server(request)
     response_id = request.path_params["response_id"]
     if _bool_query(request, "stream"):
         after = _int_query(request, "starting_after", -1)
         assert after is not None
-        return await state.stream(response_id, owner, after=after)
-    return json_response(await state.retrieve(response_id, owner))
+        return FollowStream(await server.stored.stream(response_id, owner, after=after))
+    return json_response(await server.stored.retrieve(response_id, owner))
 
 
 async def delete_response(request: Request) -> Response:
-    state, owner = _state(request)
+    server, owner = _server(request)
     response_id = request.path_params["response_id"]
-    await state.delete(response_id, owner)
+    await server.stored.delete(response_id, owner)
     return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
 
 
 async def list_input_items(request: Request) -> Response:
-    state, owner = _state(request)
-    response_id = request.path_params["response_id"]
-    if state.live_for(response_id, owner) is None and await state.store.get_response(response_id, owner) is None:
-        raise not_found("Response", response_id)
-    return await _page(state, response_id, "input", request)
+    server, owner = _server(request)
+    after, limit, order = _page_params(request)
+    items, has_more = await server.stored.input_items(
+        request.path_params["response_id"], owner, after=after, limit=limit, order=order
+    )
+    return _list(items, has_more)
 
 
 async def cancel_response(request: Request) -> Response:
-    state, owner = _state(request)
-    return json_response(await state.cancel(request.path_params["response_id"], owner))
+    server, owner = _server(request)
+    return json_response(await server.stored.cancel(request.path_params["response_id"], owner))
 
 
 # ---------------------------------------------------------------------------------------------- conversations
 
 
-def _conversation_object(record: ConversationRecord) -> dict[str, Any]:
-    return {"id": record.id, "object": "conversation", "created_at": record.created_at, "metadata": record.metadata}
-
-
-async def _items_from_body(state: State, owner: str, body: dict[str, Any], *, required: bool) -> list[dict[str, Any]]:
+def _items_from_body(body: dict[str, Any], *, required: bool) -> list[Any]:
     raw = body.get("items")
     if raw is None:
         if required:
@@ -175,21 +161,13 @@ async def _items_from_body(state: State, owner: str, body: dict[str, Any], *, re
             raise APIError(
                 f"Invalid type for 'items[{i}]': expected an object.", param=f"items[{i}]", code="invalid_type"
             )
-    items = normalize_items(raw, random_id)
-    for i, item in enumerate(items):
-        if is_item_reference(item):
-            found = await state.store.find_item(item["id"], owner)
-            if found is None:
-                raise APIError(f"Item with id '{item['id']}' not found.", param=f"items[{i}]", code="invalid_value")
-            items[i] = found
-    return items
+    return raw
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    state: State = request.app.state.stateful
     if request.headers.get("content-length") == "0":
         return {}  # the openai client sends no body for a call without parameters
-    body = await read_json_body(request, state.config.max_body_bytes)
+    body = await read_json_body(request, request.app.state.max_body_bytes)
     if body is None:
         return {}
     if not isinstance(body, dict):
@@ -197,87 +175,65 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-async def _conversation(state: State, owner: str, request: Request) -> ConversationRecord:
-    conversation_id = request.path_params["conversation_id"]
-    record = await state.store.get_conversation(conversation_id, owner)
-    if record is None:
-        raise not_found("Conversation", conversation_id)
-    return record
-
-
 async def create_conversation(request: Request) -> Response:
-    state, owner = _state(request)
+    server, owner = _server(request)
     body = await _body(request)
     check_metadata(body)
-    items = await _items_from_body(state, owner, body, required=False)
-    record = ConversationRecord(
-        id=random_id("conv"), owner=owner, created_at=int(time.time()), metadata=body.get("metadata") or {}
-    )
-    encoded = [(item["id"], orjson.dumps(item)) for item in items]
-    await state.store.write([CreateConversation(record=record, updated_at=time.time(), items=encoded)])
-    return json_response(_conversation_object(record))
+    record = await server.conversations.create(owner, body.get("metadata"), _items_from_body(body, required=False))
+    return json_response(conversation_object(record))
 
 
 async def retrieve_conversation(request: Request) -> Response:
-    state, owner = _state(request)
-    return json_response(_conversation_object(await _conversation(state, owner, request)))
+    server, owner = _server(request)
+    return json_response(
+        conversation_object(await server.conversations.get(request.path_params["conversation_id"], owner))
+    )
 
 
 async def update_conversation(request: Request) -> Response:
-    state, owner = _state(request)
-    record = await _conversation(state, owner, request)
+    server, owner = _server(request)
+    record = await server.conversations.get(request.path_params["conversation_id"], owner)
     body = await _body(request)
     if body.get("metadata") is None:
         raise APIError("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
     check_metadata(body)
-    updated = await state.store.update_conversation(record.id, owner, body["metadata"], time.time())
-    if updated is None:
-        raise not_found("Conversation", record.id)
-    return json_response(_conversation_object(updated))
+    return json_response(conversation_object(await server.conversations.update(record, body["metadata"])))
 
 
 async def delete_conversation(request: Request) -> Response:
-    state, owner = _state(request)
+    server, owner = _server(request)
     conversation_id = request.path_params["conversation_id"]
-    if not await state.store.delete_conversation(conversation_id, owner):
-        raise not_found("Conversation", conversation_id)
+    await server.conversations.delete(conversation_id, owner)
     return json_response({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
 
 async def list_conversation_items(request: Request) -> Response:
-    state, owner = _state(request)
-    record = await _conversation(state, owner, request)
-    return await _page(state, record.id, "conversation", request)
+    server, owner = _server(request)
+    after, limit, order = _page_params(request)
+    items, has_more = await server.conversations.items(
+        request.path_params["conversation_id"], owner, after=after, limit=limit, order=order
+    )
+    return _list(items, has_more)
 
 
 async def add_conversation_items(request: Request) -> Response:
-    state, owner = _state(request)
-    record = await _conversation(state, owner, request)
-    items = await _items_from_body(state, owner, await _body(request), required=True)
-    encoded = [(item["id"], orjson.dumps(item)) for item in items]
-    await state.store.write(
-        [AppendItems(parent=record.id, kind="conversation", owner=owner, created_at=int(time.time()), items=encoded)]
-    )
+    server, owner = _server(request)
+    record = await server.conversations.get(request.path_params["conversation_id"], owner)
+    items = await server.conversations.add_items(record, _items_from_body(await _body(request), required=True))
     return _list(items, False)
 
 
 async def retrieve_conversation_item(request: Request) -> Response:
-    state, owner = _state(request)
-    record = await _conversation(state, owner, request)
-    item_id = request.path_params["item_id"]
-    item = await state.store.get_item(record.id, "conversation", item_id)
-    if item is None:
-        raise not_found("Item", item_id)
-    return json_response(item)
+    server, owner = _server(request)
+    path = request.path_params
+    return json_response(await server.conversations.item(path["conversation_id"], owner, path["item_id"]))
 
 
 async def delete_conversation_item(request: Request) -> Response:
-    state, owner = _state(request)
-    record = await _conversation(state, owner, request)
-    item_id = request.path_params["item_id"]
-    if not await state.store.delete_item(record.id, "conversation", item_id):
-        raise not_found("Item", item_id)
-    return json_response(_conversation_object(record))
+    server, owner = _server(request)
+    path = request.path_params
+    record = await server.conversations.delete_item(path["conversation_id"], owner, path["item_id"])
+    return json_response(conversation_object(record))
 
 
 routes = [

@@ -12,7 +12,7 @@ got a string instead.``, ``Invalid 'max_output_tokens': integer below minimum va
 but got 1 instead.``, ``Invalid value: 'x'. Supported values are: 'auto' and 'disabled'.``
 
 State parameters are checked for shape here (``background`` needs ``store``; ``conversation`` excludes
-``previous_response_id``) and resolved against the store in ``state.py``.
+``previous_response_id``) and resolved against the store in ``resolve.py``.
 Features that belong to later issues are refused with a clear 400 rather than silently ignored:
 ``prompt`` templates, and built-in tools
 the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations (``tool_types.is_web_search``)
@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import APIError
 from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
 from ..tools.mcp import mcp_tool_problem
-from .errors import APIError
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
 
 __all__ = [
@@ -57,7 +57,7 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
 # web_search (any dated variant) is always accepted; it is offered to the model only when the server has a
-# search backend (responses.py). Types the server cannot run get a 400 naming ``tools[i].type``.
+# search backend (run/start.py). Types the server cannot run get a 400 naming ``tools[i].type``.
 SUPPORTED_TOOL_TYPES = ("function", "namespace", "web_search", "web_search_preview", "mcp", "code_interpreter")
 CODE_INTERPRETER_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 
@@ -380,7 +380,7 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
 
 
 def _check_code_interpreter(tool: Mapping[str, Any], param: str) -> None:
-    """``container``: a container id (checked against live containers by responses.py), or ``{type: auto}``.
+    """``container``: a container id (checked against live containers by run/start.py), or ``{type: auto}``.
 
     ``memory_limit`` and ``network_policy`` are accepted and not applied: the sandbox has its own limits and
     no network. ``file_ids`` would need a Files API this server does not have: a non-empty list is refused.
@@ -459,7 +459,7 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
             if not isinstance(tool, dict):
                 raise _invalid_type(f"tool_choice.tools[{i}]", "an object", tool)
     elif kind in ("web_search_preview", "web_search_preview_2025_03_11"):  # the hosted types the API can force
-        pass  # forced by a prefill (render/_tools.py); responses.py answers 400 when no backend is configured
+        pass  # forced by a prefill (render/_tools.py); request/resolve.py answers 400 when no backend is configured
     elif kind == "mcp":
         pass  # {type: mcp, server_label, name?}: forced by a prefill; render answers 400 for an undeclared one
     elif isinstance(kind, str):
@@ -525,7 +525,7 @@ def _check_reasoning(body: Mapping[str, Any]) -> None:
 
 
 def _check_later_features(body: Mapping[str, Any]) -> None:
-    """State parameters (whether the ids exist is checked against the store, in state.py); ``prompt``."""
+    """State parameters (whether the ids exist is checked against the store, in resolve.py); ``prompt``."""
     previous = _opt_str(body, "previous_response_id")
     store = _opt_bool(body, "store")
     if _opt_bool(body, "background") and store is False:

@@ -1,0 +1,46 @@
+"""``APIError``: an error for the client, as the OpenAI API would state it.
+
+Every layer that refuses a request raises it (the request's validation, the run's checks against the
+engine and the tools); the HTTP layer alone turns it into a status and a JSON body (``http/errors.py``).
+It holds the API's fields only, so that the layers below HTTP never need to know how it is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["APIError", "not_found"]
+
+
+class APIError(Exception):
+    """An error for the client, with the status and body fields the API would send."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def __repr__(self) -> str:
+        return f"APIError({self.status}, {self.message!r}, param={self.param!r}, code={self.code!r})"
+
+
+def not_found(kind: str, id: str) -> APIError:
+    # The API's wording ("Response with id 'resp_x' not found."), param and code null, status 404.
+    return APIError(f"{kind} with id '{id}' not found.", status=404)

@@ -1,0 +1,97 @@
+"""The Starlette app: routes, middleware, error handlers, and the server's lifetime as the app's lifespan.
+
+Routes: ``POST /v1/responses`` (responses.py), the endpoints over stored responses and conversations
+(stored.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list and model shapes), ``GET
+/health``. Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``,
+so every answer the server gives is OpenAI-shaped.
+
+The lifespan starts the ``run.Server`` (vocabulary, engine check, sandbox probe, store) and closes it on
+shutdown; a failed start is kept in ``server.startup_error`` for the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, request_response
+
+from ..request import model_not_found
+from ..run import Server
+from .auth import BearerAuth
+from .errors import exception_handlers, json_response
+from .first_tokens import FirstTokensFirst
+from .responses import create_response
+from .stored import routes as stored_routes
+
+__all__ = ["build_app"]
+
+MODEL_OWNER = "harmony-responses"
+
+
+def _model_object(name: str, created: int) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": created, "owned_by": MODEL_OWNER}
+
+
+async def list_models(request: Request) -> Response:
+    server: Server = request.app.state.server
+    return json_response({"object": "list", "data": [_model_object(m, server.started_at) for m in server.models]})
+
+
+async def retrieve_model(request: Request) -> Response:
+    server: Server = request.app.state.server
+    name = request.path_params["model"]
+    if name not in server.models:
+        raise model_not_found(name)
+    return json_response(_model_object(name, server.started_at))
+
+
+async def not_implemented(request: Request) -> Response:
+    # POST /v1/responses/compact and /input_tokens would otherwise match /v1/responses/{id} and answer 405,
+    # which tells a client the endpoint exists; 404 is what clients and llm-comply expect of a server
+    # without them.
+    raise HTTPException(404)
+
+
+async def health(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+def build_app(server: Server, *, api_keys: Sequence[str] = (), max_body_bytes: int) -> Starlette:
+    """The ASGI app serving ``server``.
+
+    Args:
+        server: what the endpoints call; started and closed by the app's lifespan.
+        api_keys: accepted bearer tokens; empty means no authentication.
+        max_body_bytes: larger request bodies get 413.
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.aclose()
+
+    middleware = [Middleware(BearerAuth, keys=api_keys)] if api_keys else []
+    routes = [
+        # Requests count as starting until their first delta is out: the loop serves them first (run/turns.py).
+        Route("/v1/responses", FirstTokensFirst(request_response(create_response)), methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/responses/compact", not_implemented, methods=["POST"]),
+        Route("/v1/responses/input_tokens", not_implemented, methods=["POST"]),
+        *stored_routes,
+    ]
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
+    app.state.server = server
+    app.state.keyed = bool(api_keys)
+    app.state.max_body_bytes = max_body_bytes
+    return app

@@ -1,0 +1,38 @@
+"""``FirstTokensFirst``: the endpoint's requests count as starting until their first delta is written.
+
+The bookkeeping of who is starting and who is held is the run layer's (run/turns.py); this ASGI wrapper
+only tells it when a request arrives and when the first delta event went out on the socket.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..run.turns import starting
+
+__all__ = ["FirstTokensFirst"]
+
+# What a streamed body's first delta event looks like: SSE ``event:`` lines are the only place a raw
+# newline follows ``.delta`` (JSON escapes newlines inside ``data:``).
+_DELTA = b".delta\n"
+
+
+class FirstTokensFirst:
+    """ASGI wrapper: the wrapped endpoint's requests count as starting until their first delta is written."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with starting() as start:
+
+            async def send_watching(message: Message) -> None:
+                await send(message)
+                if (
+                    not start.delivered
+                    and message["type"] == "http.response.body"
+                    and _DELTA in message.get("body", b"")
+                ):
+                    start.finish()
+
+            await self.app(scope, receive, send_watching)

@@ -1,0 +1,85 @@
+"""``POST /v1/responses``: read the body → the request (validated, resolved) → the run → SSE or JSON.
+
+The body is read here (413 above the size limit, 415 compressed, 400 not JSON); everything else that can be
+refused is refused by ``request.read_request`` (validation, the model name, stored items) and
+``Server.create_response`` (tools, rendering, the context window), before anything is sent. The response
+then streams through ``streaming.RunResponse`` (or, in the background, ``FollowStream``).
+
+Streaming is decided by the body's ``stream`` alone, never by ``Accept`` (openai-python and the Agents
+SDK send ``Accept: application/json`` when streaming; Codex sends ``text/event-stream``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp
+
+from ..errors import APIError
+from ..request import read_request
+from ..run import Background, Server
+from .auth import owner_of
+from .errors import json_response
+from .streaming import FollowStream, RunResponse
+
+__all__ = ["create_response", "read_json_body"]
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(f"Request body too large: the limit is {limit} bytes.", status=413, code="request_too_large")
+
+
+async def read_json_body(request: Request, limit: int) -> Any:
+    """The request's JSON body, read without ever holding more than ``limit`` bytes.
+
+    Raises:
+        APIError: 413 over the limit, 415 for a compressed body, 400 for a body that is not JSON.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise APIError(
+            f"Unsupported Content-Encoding '{encoding}': send the request body uncompressed.",
+            status=415,
+            code="unsupported_content_encoding",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise APIError("The client disconnected before sending the whole request body.") from None
+    try:
+        return orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise APIError(
+            f"We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+            f"HTTP library correctly. The API expects a JSON payload, but what was sent was not valid JSON: "
+            f"{exc})",
+        ) from None
+
+
+async def create_response(request: Request) -> ASGIApp:
+    server: Server = request.app.state.server
+    body = await read_json_body(request, request.app.state.max_body_bytes)
+    prepared = await read_request(
+        body,
+        owner=owner_of(request),
+        models=server.models,
+        history=server.stored,
+        sealer=server.sealer,
+        web_search=server.web_search is not None,
+    )
+    outcome = await server.create_response(prepared)
+    stream = prepared.options.stream
+    if isinstance(outcome, Background):
+        return FollowStream(outcome.events()) if stream else json_response(outcome.response)
+    return RunResponse(outcome, stream=stream)

@@ -1,0 +1,181 @@
+"""What a request's input means: its items normalised, references and history resolved, reasoning reopened.
+
+``read_request`` is where a ``POST /v1/responses`` body becomes a ``ResponseRequest``: validated once
+(``validate.py``), the model name checked, the input items given ids (``items.py``), ``item_reference``
+items replaced by the stored items they name, and the prior items of ``previous_response_id`` or
+``conversation`` put first in the input (rather than beside it) so that ``truncation: "auto"`` can drop
+them too, oldest turns first (run/fit.py works on ``input``). What the renderer reads
+(``ResponseRequest.model_request``) also has the reasoning this server sealed into ``encrypted_content``
+opened again, and ``web_search`` tools dropped when the server has no search backend.
+
+The stored items come through ``History``, which the layer that runs responses implements over the store
+(``run/stored.py``): this package reads the request and never the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import APIError
+from ..ids import random_id
+from ..tool_types import is_web_search
+from .echo import echo_fields
+from .items import is_item_reference, normalize_items
+from .sealed import ReasoningSealer
+from .validate import RequestOptions, validate_request
+
+__all__ = ["History", "ResponseRequest", "model_not_found", "read_request", "resolve_items"]
+
+
+class History(Protocol):
+    """Stored items, as the caller (``owner``) may see them."""
+
+    async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
+        """The stored item with this id, or None."""
+
+    async def previous_items(self, response_id: str, owner: str) -> list[dict[str, Any]]:
+        """The input and output of ``response_id`` and of the responses it continues, oldest first.
+
+        Raises:
+            APIError: 400 ``previous_response_not_found`` or ``previous_response_in_progress``.
+        """
+
+    async def conversation_items(self, conversation_id: str, owner: str) -> list[dict[str, Any]] | None:
+        """The conversation's items, oldest first; None when there is no such conversation."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ResponseRequest:
+    """A ``POST /v1/responses`` request, validated and resolved: everything the run needs to know of it."""
+
+    body: dict[str, Any]  # as the client sent it
+    options: RequestOptions
+    owner: str  # who may see what it stores (a hash of its API key), "" without auth
+    store: bool
+    background: bool
+    previous_response_id: str | None
+    conversation_id: str | None
+    input_items: list[dict[str, Any]]  # this request's own input: normalised, references resolved
+    model_request: dict[str, Any]  # what the renderer reads: prior items first, sealed reasoning opened
+    web_search: bool  # the server offers web_search to the model
+
+    @property
+    def echo(self) -> dict[str, Any]:
+        """The Response's echo of the request (responses-protocol.md §6), state fields included."""
+        return {
+            **echo_fields(self.body),
+            "previous_response_id": self.previous_response_id,
+            "conversation": {"id": self.conversation_id} if self.conversation_id else None,
+            "background": self.background,
+            "store": self.store,
+        }
+
+
+def model_not_found(model: str) -> APIError:
+    # The API's wording, backticks included.
+    return APIError(
+        f"The model `{model}` does not exist or you do not have access to it.", status=404, code="model_not_found"
+    )
+
+
+async def resolve_items(raw: Any, owner: str, history: History, *, param: str) -> list[dict[str, Any]]:
+    """``raw`` items normalised, each ``item_reference`` replaced by the stored item it names.
+
+    Raises:
+        APIError: 400 naming ``{param}[i]`` for a reference to no stored item.
+    """
+    items = normalize_items(raw, random_id)
+    for i, item in enumerate(items):
+        if is_item_reference(item):
+            found = await history.find_item(item["id"], owner)
+            if found is None:
+                raise APIError(f"Item with id '{item['id']}' not found.", param=f"{param}[{i}]", code="invalid_value")
+            items[i] = found
+    return items
+
+
+def _check_forced_web_search(body: Mapping[str, Any]) -> None:
+    # Without a backend web_search stays hidden from the model, and forcing it is refused with a 400 rather
+    # than rendered as a call to a tool the model was never given.
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and is_web_search(choice.get("type")):
+        raise APIError(
+            f"Invalid value for 'tool_choice.type': '{choice['type']}' cannot be forced: this server has no "
+            "search backend configured (harmony-responses serve --search-dir or --search-backend).",
+            param="tool_choice.type",
+            code="unsupported_value",
+        )
+
+
+def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search: bool) -> dict[str, Any]:
+    """The request as the renderer should see it: hidden web_search tools dropped, sealed reasoning opened."""
+    request = dict(body)
+    tools = body.get("tools")
+    if tools and not web_search:
+        request["tools"] = [t for t in tools if not is_web_search(t.get("type"))]
+    items = body.get("input")
+    if isinstance(items, list):
+        restored: list[Any] = []
+        for item in items:
+            if item.get("type") == "reasoning" and item.get("encrypted_content") and not item.get("content"):
+                text = sealer.open(item["encrypted_content"])
+                if text is not None:
+                    item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+            restored.append(item)
+        request["input"] = restored
+    return request
+
+
+async def read_request(
+    body: Any,
+    *,
+    owner: str,
+    models: Collection[str],
+    history: History,
+    sealer: ReasoningSealer,
+    web_search: bool,
+) -> ResponseRequest:
+    """Validate and resolve a ``POST /v1/responses`` body.
+
+    Args:
+        body: the parsed JSON body.
+        owner: who is asking (``History`` shows only what this owner stored).
+        models: the model names the server answers to.
+        history: stored items, for references, ``previous_response_id`` and ``conversation``.
+        sealer: opens ``encrypted_content`` this server sealed.
+        web_search: whether the server has a search backend (else ``web_search`` is hidden from the model).
+
+    Raises:
+        APIError: everything a request can be refused for before it runs (400, 404).
+    """
+    options = validate_request(body)
+    if options.model not in models:
+        raise model_not_found(options.model)
+    if not web_search:
+        _check_forced_web_search(body)
+    items = await resolve_items(body.get("input"), owner, history, param="input")
+    previous = body.get("previous_response_id")
+    prior: list[dict[str, Any]] | None = None
+    if previous is not None:
+        prior = await history.previous_items(previous, owner)
+    conversation = body.get("conversation")
+    conversation_id = conversation if isinstance(conversation, str) or conversation is None else conversation["id"]
+    if conversation_id is not None:
+        prior = await history.conversation_items(conversation_id, owner)
+        if prior is None:
+            raise APIError(f"Conversation with id '{conversation_id}' not found.", status=404, param="conversation")
+    model_request = _for_render(dict(body, input=(prior or []) + items), sealer, web_search=web_search)
+    return ResponseRequest(
+        body=body,
+        options=options,
+        owner=owner,
+        store=body.get("store") is not False,
+        background=bool(body.get("background")),
+        previous_response_id=previous,
+        conversation_id=conversation_id,
+        input_items=items,
+        model_request=model_request,
+        web_search=web_search,
+    )

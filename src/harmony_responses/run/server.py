@@ -1,0 +1,129 @@
+"""``Server``: what the HTTP layer calls, and everything a running response needs, started and stopped together.
+
+It holds the engine, the Harmony vocabulary, the reasoning sealer, the built-in tools (code interpreter
+containers, web search, MCP options), the stored responses and the conversations. ``start()`` (in the
+app's lifespan) loads the vocabulary (about a second, once per process), starts the engine (for real
+engines, the start-up check that it is reachable and serves Harmony), probes the sandbox and opens the
+store (migrations, this process's lease, ending what a crashed process left running); ``aclose()`` ends
+what still runs, failed with a reason, and closes it all.
+
+``create_response`` is the one way a response begins: a ``ResponseRequest`` in, and out what the
+transport serves: a ``ResponseRun`` (not stored), a ``StoredRun`` (stored, foreground) or a
+``Background`` (queued; the POST answers at once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import anyio.to_thread
+
+from ..engine import Engine, EngineError
+from ..ids import random_id
+from ..request import ReasoningSealer, ResponseRequest
+from ..store import StoreError
+from ..tools.browser import WebSearch
+from ..tools.code_interpreter import ContainerManager
+from ..tools.mcp import McpOptions
+from ..vocab import Vocabulary, load_encoding, load_vocabulary
+from .conversations import Conversations
+from .live import StoredRun
+from .loop import ResponseRun
+from .start import Prompting, build_run
+from .stored import Background, StoredResponses
+
+__all__ = ["Server"]
+
+logger = logging.getLogger("harmony_responses.run")
+
+
+class Server:
+    """See the module docstring.
+
+    Args:
+        models: the model names requests may ask for; the first is the default.
+        engine: the engine every response runs on.
+        stored: the stored responses (and the store behind them).
+        sealer: seals and opens ``reasoning.encrypted_content``.
+        prompting: what every prompt is rendered with.
+        containers: the code interpreter's containers.
+        web_search: the search backend (None: ``web_search`` is not offered to the model).
+        mcp: remote MCP options (allowed hosts, stdio servers, timeout).
+    """
+
+    def __init__(
+        self,
+        *,
+        models: Sequence[str],
+        engine: Engine,
+        stored: StoredResponses,
+        sealer: ReasoningSealer,
+        prompting: Prompting,
+        containers: ContainerManager,
+        web_search: WebSearch | None,
+        mcp: McpOptions,
+    ) -> None:
+        self.models = tuple(models)
+        self.engine = engine
+        self.stored = stored
+        self.conversations = Conversations(stored)
+        self.sealer = sealer
+        self.prompting = prompting
+        self.containers = containers
+        self.web_search = web_search
+        self.mcp = mcp
+        self.vocab: Vocabulary | None = None
+        self.started_at = int(time.time())
+        self.startup_error: Exception | None = None  # why start() failed, for the command line's last word
+
+    async def start(self) -> None:
+        """Raises ``EngineError`` or ``StoreError`` (also kept in ``startup_error``) when it cannot serve."""
+        self.vocab = await anyio.to_thread.run_sync(load_vocabulary)
+        await anyio.to_thread.run_sync(load_encoding)
+        try:
+            await self.engine.start()
+        except EngineError as exc:
+            self.startup_error = exc
+            logger.error("the engine cannot serve: %s", exc)
+            raise
+        self.containers.start()  # probes the sandbox in the background; warns when code cannot run
+        try:
+            await self.stored.start()
+        except StoreError as exc:
+            self.startup_error = exc
+            logger.error("the store cannot be used: %s", exc)
+            await self.engine.aclose()
+            raise
+        self.started_at = int(time.time())
+
+    async def aclose(self) -> None:
+        await self.stored.aclose()  # background work still running ends failed, with a reason
+        await self.engine.aclose()
+        await self.containers.aclose()
+        if self.web_search is not None:
+            await self.web_search.aclose()
+
+    async def create_response(self, request: ResponseRequest) -> ResponseRun | StoredRun | Background:
+        """Build the response's run and decide how it runs (not stored, stored, background).
+
+        Raises:
+            APIError: everything the run can be refused for before it starts (see ``start.build_run``).
+        """
+        assert self.vocab is not None, "Server.start() has not run"
+        response_id = random_id("resp")
+        created_at = int(time.time())
+        run = await build_run(
+            request,
+            response_id=response_id,
+            created_at=created_at,
+            engine=self.engine,
+            vocab=self.vocab,
+            sealer=self.sealer,
+            prompting=self.prompting,
+            containers=self.containers,
+            web_search=self.web_search,
+            mcp_options=self.mcp,
+        )
+        return await self.stored.respond(request, run, response_id=response_id, created_at=created_at)

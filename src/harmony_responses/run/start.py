@@ -1,0 +1,204 @@
+"""Starting a response: a ``ResponseRequest`` → its tool sessions, its prompt and its ``ResponseRun``.
+
+In order: the built-in tools' sessions (the code interpreter's container, the browser when the server has
+a search backend, the MCP servers' tool listings, which the prompt declares), the prompt rendered to fit
+the context window (``fit.py``; large requests off the event loop), and the translator that will turn the
+engine's tokens into this response's events, with the prompt's prefill already received.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import logging
+import time
+from typing import Any
+
+import anyio.to_thread
+import orjson
+
+from ..engine import Engine, GenerateRequest
+from ..errors import APIError
+from ..ids import random_id
+from ..render import RenderError, render_request
+from ..request import ReasoningSealer, ResponseRequest
+from ..tool_types import is_web_search
+from ..tools import ToolSessions
+from ..tools.browser import BrowserSession, WebSearch
+from ..tools.code_interpreter import ContainerManager, ContainerNotFound, code_interpreter_session
+from ..tools.mcp import McpOptions, McpPlan, McpRequestError, prepare_mcp
+from ..translate import RecipientMap, Translator, response_skeleton
+from ..vocab import Vocabulary
+from .fit import render_to_fit
+from .loop import ResponseRun
+
+__all__ = ["Prompting", "build_run"]
+
+logger = logging.getLogger("harmony_responses.run")
+
+# Requests up to this size (JSON bytes, conversation included) are rendered on the event loop: a few
+# hundred microseconds at most, less than handing them to a worker thread costs, and most of their
+# messages come from the render cache anyway (render/_cache.py).
+INLINE_RENDER_BYTES = 8_192
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Prompting:
+    """What every prompt is rendered with (``serve``'s options)."""
+
+    context_window: int
+    current_date: str | None  # None: today's UTC date, per request
+    knowledge_cutoff: str
+
+
+def _browser_session(web_search: WebSearch | None, request: ResponseRequest) -> BrowserSession | None:
+    """The response's browser (web search) when the request declares ``web_search`` and the server has a backend."""
+    if web_search is None:
+        return None
+    declared = [t for t in request.body.get("tools") or () if is_web_search(t.get("type"))]
+    if not declared:
+        return None
+    include_sources = "web_search_call.action.sources" in request.options.include
+    return web_search.session(declared[0], include_sources=include_sources)
+
+
+async def _prepare_mcp(model_request: dict[str, Any], options: McpOptions) -> McpPlan:
+    """The request's MCP servers listed (or their listing reused from the conversation), for render and the loop.
+
+    ``model_request``'s mcp tools get their tools (``_mcp_tools``), which render declares. A server the client
+    may not reach (``--mcp-allowed-hosts``, an unknown ``stdio:NAME``) is a 400; one that is down is not.
+    """
+    items = model_request.get("input")
+    try:
+        plan = await prepare_mcp(model_request.get("tools"), items if isinstance(items, list) else (), options)
+    except McpRequestError as exc:
+        raise APIError(exc.message, param=exc.param, code=exc.code) from None
+    if plan.tools is not None:
+        model_request["tools"] = plan.tools
+    return plan
+
+
+def _json_size(obj: Any) -> float:
+    """The size of ``obj`` as JSON; infinite when it is not plain JSON (e.g. an MCP listing's objects)."""
+    try:
+        return len(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
+    except TypeError:
+        return float("inf")
+
+
+def _render(request: dict[str, Any], *, prompting: Prompting, python_description: str | None = None) -> Any:
+    current_date = prompting.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    try:
+        return render_request(
+            request,
+            current_date=current_date,
+            knowledge_cutoff=prompting.knowledge_cutoff,
+            python_description=python_description,
+        )
+    except RenderError as exc:
+        raise APIError(exc.message, param=exc.param, code=exc.code) from None
+    except Exception as exc:
+        # The renderer should answer every bad request with RenderError; anything else is its bug, but
+        # still caused by this request's content, so the client gets a 400 (never a 500) and we get the
+        # traceback in the log.
+        logger.exception("render_request failed with an unexpected exception; answering 400")
+        raise APIError(
+            f"The request could not be rendered into the model's prompt format ({type(exc).__name__}: {exc}).",
+            code="invalid_value",
+        ) from exc
+
+
+async def build_run(
+    request: ResponseRequest,
+    *,
+    response_id: str,
+    created_at: int,
+    engine: Engine,
+    vocab: Vocabulary,
+    sealer: ReasoningSealer,
+    prompting: Prompting,
+    containers: ContainerManager,
+    web_search: WebSearch | None,
+    mcp_options: McpOptions,
+) -> ResponseRun:
+    """The response's run, ready to start.
+
+    Raises:
+        APIError: 400 for an unknown container, an MCP server the client may not use, a request that cannot
+            be rendered or does not fit the context window.
+    """
+    options = request.options
+    tool_sessions = ToolSessions()
+    try:
+        code = code_interpreter_session(
+            request.body.get("tools"), containers, include_outputs="code_interpreter_call.outputs" in options.include
+        )
+    except ContainerNotFound as exc:
+        raise APIError(str(exc), param=exc.param, code="invalid_value") from None
+    if code is not None:
+        tool_sessions.add(code)
+    browser = _browser_session(web_search, request)
+    if browser is not None:
+        tool_sessions.add(browser)
+    model_request = dict(request.model_request)
+    mcp = await _prepare_mcp(model_request, mcp_options)  # lists the MCP servers' tools: the prompt declares them
+    for session in mcp.sessions:
+        tool_sessions.add(session)
+
+    render = functools.partial(
+        render_to_fit,
+        model_request,
+        functools.partial(_render, prompting=prompting, python_description=containers.description()),
+        context_window=prompting.context_window,
+        truncation=options.truncation,
+    )
+    if _json_size(model_request) <= INLINE_RENDER_BYTES:
+        rendered = render()
+    else:
+        # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
+        # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
+        # back every switch interval instead of waiting for the whole render.)
+        rendered = await anyio.to_thread.run_sync(render)
+    try:
+        mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
+    except McpRequestError as exc:
+        raise APIError(exc.message, param=exc.param, code=exc.code) from None
+    room = prompting.context_window - len(rendered.token_ids)
+    max_tokens = room if options.max_output_tokens is None else min(options.max_output_tokens, room)
+
+    translator = Translator(
+        vocab=vocab,
+        new_id=random_id,
+        clock=lambda: int(time.time()),
+        response=response_skeleton(id=response_id, created_at=created_at, model=options.model, **request.echo),
+        recipients=dataclasses.replace(
+            RecipientMap.from_tools(model_request.get("tools")),
+            # The item's container_id is the real container's, also for {"type": "auto"}.
+            container_id=code.container.id if code is not None else None,
+        ),
+        logprobs=options.top_logprobs is not None,
+        citations=browser.cite if browser is not None else None,
+        queued=request.background,
+    )
+    translator.receive_prefill(rendered.prefill_ids)
+    return ResponseRun(
+        translator=translator,
+        engine=engine,
+        request=GenerateRequest(
+            prompt_ids=list(rendered.token_ids),
+            max_tokens=max_tokens,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            top_logprobs=options.top_logprobs,
+            response_schema=options.response_schema,
+            request_id=response_id,
+        ),
+        sealer=sealer if options.encrypted_reasoning else None,
+        strict_schema=options.strict_schema,
+        tools=tool_sessions,
+        max_output_tokens=options.max_output_tokens,
+        max_tool_calls=options.max_tool_calls,
+        context_window=prompting.context_window,
+        prelude=mcp_prelude,
+    )

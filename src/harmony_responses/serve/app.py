@@ -1,0 +1,62 @@
+"""The composition root: a ``Config`` → the engine, the store, the tools and the server → the ASGI app.
+
+This is the one place that knows every package: it builds the ``run.Server`` from the configuration and
+hands it to the HTTP layer (``http.build_app``), which reaches everything else through it.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+
+from ..engine import Engine, engine_from_spec
+from ..http import build_app
+from ..request import configure_reasoning_key
+from ..run import Prompting, Server, StoredResponses
+from ..tools.browser import WebSearch, web_search_from_options
+from ..tools.code_interpreter import ContainerManager
+from .config import Config
+
+__all__ = ["create_app", "web_search_from_config"]
+
+
+def web_search_from_config(config: Config) -> WebSearch | None:
+    """The configured web search backend (None: ``web_search`` tools are not offered); ValueError if invalid."""
+    return web_search_from_options(
+        backend=config.search_backend,
+        search_dir=config.search_dir,
+        base_url=config.search_base_url,
+        api_key=config.search_api_key,
+        api_url=config.search_api_url,
+    )
+
+
+def create_app(config: Config, *, engine: Engine | None = None, web_search: WebSearch | None = None) -> Starlette:
+    """The ASGI app serving ``config``.
+
+    Args:
+        config: the server's configuration.
+        engine: an engine instance to use instead of ``config.engine`` (tests pass a ``MockEngine``).
+        web_search: the web search to use instead of the one ``config`` describes.
+
+    Raises:
+        ValueError: ``config.engine`` is not a valid engine spec (the message lists the valid forms).
+    """
+    server = Server(
+        models=config.models,
+        engine=engine if engine is not None else engine_from_spec(config.engine, config.engine_options),
+        stored=StoredResponses(config.store, data_dir=config.data_dir, retention=config.retention),
+        sealer=configure_reasoning_key(config.secret_key),
+        prompting=Prompting(
+            context_window=config.context_window,
+            current_date=config.current_date,
+            knowledge_cutoff=config.knowledge_cutoff,
+        ),
+        containers=ContainerManager(
+            limits=config.code_interpreter,
+            unsafe=config.unsafe_code_interpreter,
+            idle_seconds=config.container_idle_seconds,
+        ),
+        web_search=web_search if web_search is not None else web_search_from_config(config),
+        mcp=config.mcp,
+    )
+    return build_app(server, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes)

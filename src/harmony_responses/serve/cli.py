@@ -1,0 +1,168 @@
+"""``harmony-responses serve``: the options (``options.OPTIONS``) → a ``Config`` → the app on uvicorn.
+
+Once the socket is listening the command prints where, which engine serves (the echo stand-in says it is
+not a model) and which model names it answers to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import uvicorn
+
+from ..engine import engine_from_spec
+from ..store import describe_store
+from ..tools.code_interpreter import SandboxLimits
+from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
+from .app import create_app, web_search_from_config
+from .config import DEFAULT_MODELS, Config
+from .options import BY_NAME, ENV_PREFIX, OPTIONS, env_list
+
+__all__ = ["add_serve_arguments", "banner", "config_from_args", "serve"]
+
+# Young-generation collection threshold of a serving process (see _tune_gc).
+GC_THRESHOLD = 50_000
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``serve``'s options to ``parser`` and make ``serve`` its handler."""
+    for option in OPTIONS:
+        option.add_to(parser)
+    parser.set_defaults(handler=serve)
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return Config(
+        host=args.host,
+        port=args.port,
+        models=tuple(args.models or env_list(BY_NAME["models"]) or DEFAULT_MODELS),
+        engine=args.engine,
+        engine_url=args.engine_url,
+        engine_model=args.engine_model,
+        engine_api_key=args.engine_api_key,
+        engine_connect_timeout=args.engine_connect_timeout,
+        engine_first_token_timeout=args.engine_first_token_timeout,
+        engine_stall_timeout=args.engine_stall_timeout,
+        engine_max_connections=args.engine_max_connections,
+        engine_start_wait=args.engine_start_wait,
+        record=args.record,
+        api_keys=tuple(args.api_keys or env_list(BY_NAME["api_keys"]) or ()),
+        log_level=args.log_level,
+        max_body_bytes=args.max_body_bytes,
+        current_date=args.current_date,
+        knowledge_cutoff=args.knowledge_cutoff,
+        context_window=args.context_window,
+        secret_key=args.secret_key,
+        store=args.store,
+        data_dir=args.data_dir,
+        retention=args.retention,
+        mcp=mcp_options_from_args(args),
+        code_interpreter=SandboxLimits(wall_seconds=args.code_timeout, cpu_seconds=max(1, round(args.code_timeout))),
+        unsafe_code_interpreter=args.unsafe_code_interpreter,
+        search_backend=args.search_backend,
+        search_dir=args.search_dir,
+        search_base_url=args.search_base_url,
+        search_api_url=args.search_api_url,
+        # A key on the command line would show in ps: environment only.
+        search_api_key=os.environ.get(ENV_PREFIX + "SEARCH_API_KEY") or os.environ.get("EXA_API_KEY") or None,
+    )
+
+
+def mcp_options_from_args(args: argparse.Namespace) -> McpOptions:
+    """The MCP flags → McpOptions; raises ValueError for a bad server spec or config file."""
+    servers = tuple(parse_stdio_server(spec) for spec in getattr(args, "mcp_servers", None) or ())
+    if getattr(args, "mcp_config", None):
+        servers += load_mcp_config(args.mcp_config)
+    hosts = getattr(args, "mcp_allowed_hosts", None)
+    return McpOptions(
+        allowed_hosts=tuple(h for h in hosts.split(",") if h.strip()) if hosts is not None else None,
+        servers=servers,
+        timeout=getattr(args, "mcp_timeout", DEFAULT_MCP_TIMEOUT),
+    )
+
+
+def banner(config: Config, engine_description: str, host: str, port: int, search: str | None = None) -> str:
+    shown_host = f"[{host}]" if ":" in host else host
+    lines = [
+        f"harmony-responses: listening on http://{shown_host}:{port}/v1",
+        f"  engine: {engine_description}",
+        f"  models: {', '.join(config.models)} (default {config.default_model})",
+        f"  auth:   {'bearer token required' if config.api_keys else 'none (no --api-key given)'}",
+        f"  store:  {describe_store(config.store, config.data_dir, config.retention)}",
+    ]
+    if search is not None:
+        lines.append(f"  search: {search}")
+    return "\n".join(lines)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling back once its sockets listen (so the banner shows the real port)."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[str, int], None]) -> None:
+        super().__init__(config)
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            _tune_gc()
+            for server in self.servers:
+                for sock in server.sockets:
+                    host, port = sock.getsockname()[:2]
+                    self._on_listening(host, port)
+                    return
+
+
+def _tune_gc() -> None:
+    """Keep the garbage collector off the streaming path.
+
+    A stream allocates a few container objects per token and frees them at once; CPython's default
+    collection threshold (700 allocations) then runs a collection every few tokens per process, and each
+    older-generation pass rescans everything alive: the vocabulary, the imported modules and every running
+    response's state. With 64 streams that was a third of the server's CPU. Objects alive once the server
+    has started are frozen (never scanned again), and young collections run every 50,000 allocations;
+    reference cycles are still collected, just in larger, rarer passes.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 20, 20)
+
+
+def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    """Run the server until interrupted; 2 for a bad configuration."""
+    out = out or sys.stdout
+    try:
+        config = config_from_args(args)
+        engine = engine_from_spec(config.engine, config.engine_options)
+        web_search = web_search_from_config(config)
+    except (ValueError, AssertionError) as exc:
+        print(f"harmony-responses serve: {exc}", file=sys.stderr)
+        return 2
+    level = "DEBUG" if config.log_level == "trace" else config.log_level.upper()
+    logging.basicConfig(format="%(levelname)s:     %(name)s: %(message)s", level=level)
+    app = create_app(config, engine=engine, web_search=web_search)
+
+    def on_listening(host: str, port: int) -> None:
+        search = web_search.describe() if web_search is not None else None
+        print(banner(config, engine.describe(), host, port, search), file=out, flush=True)
+
+    server = _Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="on"),
+        on_listening,
+    )
+    try:
+        server.run()
+    except SystemExit:
+        # uvicorn exits (status 3) when the lifespan fails; a failed engine check gets its own last word.
+        if app.state.server.startup_error is None:
+            raise
+    if app.state.server.startup_error is not None:
+        print(f"harmony-responses serve: the engine cannot serve: {app.state.server.startup_error}", file=sys.stderr)
+        return 1
+    return 0 if server.started else 1

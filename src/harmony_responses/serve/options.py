@@ -1,0 +1,346 @@
+"""Every option of ``harmony-responses serve``, declared once: flag, environment twin, type, default, help.
+
+``OPTIONS`` is the one table that the command line (``cli.add_serve_arguments``), ``--help`` and the
+README's options table (``markdown_table``, checked by tests/test_docs.py) are made from, and that a
+config file will be read by. Each option's environment twin is its flag's name in capitals after
+``HARMONY_RESPONSES_`` (``--engine-url`` → ``HARMONY_RESPONSES_ENGINE_URL``); a flag on the command line
+wins over its variable, which wins over the default. Repeatable flags take a comma-separated list in their
+variable. Defaults are written as text, as a user would type them: argparse applies ``type`` to a text
+default too, so a bad environment variable gets the same clean error as a bad flag.
+
+Run ``python -m harmony_responses.serve.options`` to print the README's table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import EngineOptions
+from ..store import parse_retention
+from ..tools.browser import BACKENDS
+from ..tools.mcp import DEFAULT_MCP_TIMEOUT
+
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MODELS",
+    "ENV_PREFIX",
+    "OPTIONS",
+    "Option",
+    "env_value",
+    "markdown_table",
+]
+
+ENV_PREFIX = "HARMONY_RESPONSES_"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+DEFAULT_MODELS: tuple[str, ...] = ("gpt-oss-120b", "gpt-oss-20b")
+# gpt-oss's context window (harmony.md): prompt plus generation.
+DEFAULT_CONTEXT_WINDOW = 131_072
+# Codex's first turn is ~25 KB and a long agent session a few MB of JSON; 32 MiB leaves room for any
+# 128k-token conversation while keeping one request from taking the process's memory.
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    return 0.0 if float(text) == 0 else _seconds(text)
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {text}")
+    return value
+
+
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """One option.
+
+    Args:
+        flag: the command-line flag (``--engine-url``).
+        help: what it means, in one sentence for ``--help`` and the README.
+        type: text → value (argparse's ``type``); None: the text as it is.
+        default: the default as text (None: unset).
+        metavar: the value's name in ``--help``.
+        choices: the values allowed.
+        repeatable: the flag may be given several times (its variable: comma-separated).
+        switch: a flag without a value (its variable: ``1``, ``true`` or ``yes``).
+        dest: the attribute argparse stores it in (default: the flag's name with underscores).
+        env: whether the option has an environment twin.
+    """
+
+    flag: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    default: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    repeatable: bool = False
+    switch: bool = False
+    dest: str | None = None
+    env: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.dest or self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def env_name(self) -> str | None:
+        return ENV_PREFIX + self.flag.removeprefix("--").replace("-", "_").upper() if self.env else None
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add this option to ``parser``, its default taken from the environment when set there."""
+        help_text = self.help
+        if self.env_name is not None:
+            help_text += f" (env {self.env_name}{', comma-separated' if self.repeatable else ''})"
+        kwargs: dict[str, Any] = {"dest": self.name, "help": help_text}
+        if self.switch:
+            kwargs.update(action="store_true", default=env_value(self) in ("1", "true", "yes"))
+        elif self.repeatable:
+            # The variable is read later (``env_list``): argparse would append flags to a list default.
+            kwargs.update(action="append", metavar=self.metavar)
+        else:
+            kwargs.update(default=env_value(self) or self.default, metavar=self.metavar)
+            if self.type is not None:
+                kwargs["type"] = self.type
+            if self.choices is not None:
+                kwargs["choices"] = self.choices
+        parser.add_argument(self.flag, **kwargs)
+
+
+def env_value(option: Option) -> str | None:
+    """The option's environment variable, when set and not empty."""
+    if option.env_name is None:
+        return None
+    value = os.environ.get(option.env_name)
+    return value if value else None
+
+
+def env_list(option: Option) -> list[str] | None:
+    value = env_value(option)
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+_ENGINE_DEFAULTS = EngineOptions()
+
+OPTIONS: tuple[Option, ...] = (
+    Option(flag="--host", default="127.0.0.1", help="address to listen on"),
+    Option(flag="--port", type=_port, default="8000", help="port (0: any free one)"),
+    Option(
+        flag="--model",
+        dest="models",
+        repeatable=True,
+        metavar="NAME",
+        help=f"a model name to answer to; repeatable; the first is the default (default: {', '.join(DEFAULT_MODELS)})",
+    ),
+    Option(
+        flag="--engine",
+        default="echo",
+        help="engine spec: 'echo' (a stand-in, not a model; the default), 'replay:PATH', 'vllm', 'sglang', "
+        "'llamacpp', 'trtllm' (each optionally ':URL') or 'transformers:PATH'",
+    ),
+    Option(flag="--engine-url", metavar="URL", help="the HTTP engine's base URL (default: its usual local port)"),
+    Option(flag="--engine-model", metavar="NAME", help="the engine's model name (default: the one it serves)"),
+    Option(flag="--engine-api-key", metavar="KEY", help="bearer token for an engine started with an API key"),
+    Option(
+        flag="--engine-connect-timeout",
+        type=_seconds,
+        default=str(_ENGINE_DEFAULTS.connect_timeout),
+        metavar="SECONDS",
+        help="bound on connecting to the engine",
+    ),
+    Option(
+        flag="--engine-first-token-timeout",
+        type=_seconds,
+        default=str(_ENGINE_DEFAULTS.first_token_timeout),
+        metavar="SECONDS",
+        help="bound from sending a request to its first token",
+    ),
+    Option(
+        flag="--engine-stall-timeout",
+        type=_seconds,
+        default=str(_ENGINE_DEFAULTS.stall_timeout),
+        metavar="SECONDS",
+        help="bound on the engine's silence mid-stream",
+    ),
+    Option(
+        flag="--engine-max-connections",
+        type=_positive_int,
+        default=str(_ENGINE_DEFAULTS.max_connections),
+        metavar="N",
+        help="connection pool size: concurrent generations per engine",
+    ),
+    Option(
+        flag="--engine-start-wait",
+        type=_seconds_or_zero,
+        default="0",
+        metavar="SECONDS",
+        help="keep retrying an unreachable engine at start for this long (0: fail at once)",
+    ),
+    Option(
+        flag="--record",
+        metavar="PATH",
+        help="append every engine call to PATH in the replay format ('replay:PATH' plays it back)",
+    ),
+    Option(
+        flag="--api-key",
+        dest="api_keys",
+        repeatable=True,
+        metavar="KEY",
+        help="accept this bearer token; repeatable; none: no authentication",
+    ),
+    Option(flag="--log-level", type=_lower, choices=LOG_LEVELS, default="info", help="log level"),
+    Option(
+        flag="--context-window",
+        type=_positive_int,
+        default=str(DEFAULT_CONTEXT_WINDOW),
+        help="prompt plus output tokens the engine accepts",
+    ),
+    Option(
+        flag="--max-body-bytes",
+        type=_positive_int,
+        default=str(DEFAULT_MAX_BODY_BYTES),
+        help="larger request bodies get 413",
+    ),
+    Option(flag="--current-date", metavar="YYYY-MM-DD", help="date written into every prompt (default: today, UTC)"),
+    Option(
+        flag="--knowledge-cutoff",
+        default="2024-06",
+        metavar="YYYY-MM",
+        help="the model's knowledge cutoff, written into every prompt",
+    ),
+    Option(
+        flag="--secret-key",
+        help="key for reasoning.encrypted_content blobs (default: random per process, so blobs do not survive a "
+        "restart)",
+    ),
+    Option(
+        flag="--mcp-allowed-hosts",
+        metavar="HOSTS",
+        help="comma-separated hosts that request MCP server_urls may reach (example.com, *.example.com, host:port, "
+        "*); default: any host, which lets every client make this server send requests to hosts only it can "
+        "reach (SSRF)",
+    ),
+    Option(
+        flag="--mcp-server",
+        dest="mcp_servers",
+        repeatable=True,
+        env=False,
+        metavar="NAME=COMMAND",
+        help="an MCP server started over stdio for requests that name it (server_url 'stdio:NAME'), e.g. "
+        "--mcp-server 'files=npx -y @modelcontextprotocol/server-filesystem /srv/docs'; repeatable",
+    ),
+    Option(
+        flag="--mcp-config",
+        metavar="FILE",
+        help='stdio MCP servers from a JSON file: {"mcpServers": {NAME: {"command", "args", "env", "cwd"}}}',
+    ),
+    Option(
+        flag="--mcp-timeout",
+        type=float,
+        default=str(DEFAULT_MCP_TIMEOUT),
+        metavar="SECONDS",
+        help="limit for connecting to an MCP server and listing its tools, and for each tool call",
+    ),
+    Option(
+        flag="--search-dir",
+        metavar="PATH",
+        help="folder of Markdown, HTML and text documents that web_search searches (a local SQLite FTS5 index, no "
+        "network)",
+    ),
+    Option(
+        flag="--search-backend",
+        choices=BACKENDS,
+        help="web_search backend (default: local with --search-dir, else none: web_search is not offered to the "
+        "model); exa reads its key from HARMONY_RESPONSES_SEARCH_API_KEY or EXA_API_KEY",
+    ),
+    Option(
+        flag="--search-base-url",
+        metavar="URL",
+        help="URL prefix of the --search-dir documents (default: their file:// URLs)",
+    ),
+    Option(
+        flag="--search-api-url",
+        metavar="URL",
+        help="address of the online search backend's API (default: the service's own)",
+    ),
+    Option(
+        flag="--code-timeout",
+        type=_seconds,
+        default="60",
+        metavar="SECONDS",
+        help="code interpreter: wall-clock (and CPU) time limit per call",
+    ),
+    Option(
+        flag="--unsafe-code-interpreter",
+        switch=True,
+        help="run code_interpreter code WITHOUT a sandbox when bubblewrap is unavailable: the code can read the "
+        "server's files and reach the network",
+    ),
+    Option(
+        flag="--store",
+        default="sqlite",
+        metavar="SPEC",
+        help="where stored responses and conversations live: 'sqlite' (a file in --data-dir, the default), "
+        "'sqlite:PATH', or a postgresql://user:password@host:port/database URL that several server processes may "
+        "share",
+    ),
+    Option(
+        flag="--data-dir",
+        metavar="DIR",
+        help="folder of the SQLite store (default: $XDG_DATA_HOME/harmony-responses or "
+        "~/.local/share/harmony-responses)",
+    ),
+    Option(
+        flag="--retention",
+        type=parse_retention,
+        default="forever",
+        metavar="AGE",
+        help="delete stored responses and conversations older than AGE: a number with s, m, h, d or w (e.g. 7d), "
+        "or 'forever' (the default)",
+    ),
+)
+
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def _rows() -> Iterator[str]:
+    yield "| option | environment | default | meaning |"
+    yield "|---|---|---|---|"
+    for option in OPTIONS:
+        flag = f"`{option.flag}{' ' + option.metavar if option.metavar else ''}`"
+        env = f"`{option.env_name}`" if option.env_name else "—"
+        default = f"`{option.default}`" if option.default is not None else "—"
+        meaning = option.help.replace("|", "\\|")
+        yield f"| {flag} | {env} | {default} | {meaning} |"
+
+
+def markdown_table() -> str:
+    """The README's table of ``serve``'s options."""
+    return "\n".join(_rows()) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown_table(), end="")
