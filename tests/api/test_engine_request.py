@@ -59,6 +59,52 @@ def test_sampling_options_reach_the_engine(serve: Serve) -> None:
     assert request.max_tokens == 100_000 - len(request.prompt_ids)
 
 
+class SmallContext(Recorder):
+    """A recorder whose engine reports a context of ``n`` tokens at start-up, as vLLM, SGLang and llama.cpp do."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.engine.context_window = n
+
+
+def test_the_engines_reported_context_bounds_every_budget(serve: Serve) -> None:
+    recorder = SmallContext(4096)
+    live = serve(recorder.engine)  # --context-window left at its default (131072)
+    assert post(live, {"model": MODEL, "input": "Hi"}).status_code == 200
+    request = recorder.requests[-1]
+    assert request.max_tokens == 4096 - len(request.prompt_ids)
+    assert post(live, {"model": MODEL, "input": "Hi", "max_output_tokens": 100_000}).status_code == 200
+    assert recorder.requests[-1].max_tokens == 4096 - len(recorder.requests[-1].prompt_ids)
+
+    # A prompt over the engine's context is the API's 400, not an engine error mid-way.
+    long_input = "word " * 5000
+    response = post(live, {"model": MODEL, "input": long_input})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert "4096" in response.json()["error"]["message"]
+
+    # truncation "auto" fits the prompt into the engine's context, oldest turns first.
+    turns: list[dict[str, Any]] = []
+    for i in range(6):
+        turns += [
+            {"role": "user", "content": f"question {i} " + "word " * 1200},
+            {"role": "assistant", "content": f"answer {i}"},
+        ]
+    turns.append({"role": "user", "content": "the last question"})
+    response = post(live, {"model": MODEL, "input": turns, "truncation": "auto"})
+    assert response.status_code == 200
+    sent = recorder.requests[-1]
+    assert len(sent.prompt_ids) + sent.max_tokens <= 4096
+    assert "the last question" in recorder.prompt and "question 0 " not in recorder.prompt
+
+
+def test_context_window_option_may_only_lower_the_engines(serve: Serve) -> None:
+    recorder = SmallContext(4096)
+    live = serve(recorder.engine, context_window=2048)
+    assert post(live, {"model": MODEL, "input": "Hi"}).status_code == 200
+    assert recorder.requests[-1].max_tokens == 2048 - len(recorder.requests[-1].prompt_ids)
+
+
 def test_prompt_has_the_configured_date_and_no_web_search(serve: Serve) -> None:
     recorder = Recorder()
     live = serve(recorder.engine, current_date="2031-02-03", knowledge_cutoff="2030-01")

@@ -14,6 +14,7 @@ transport serves: a ``ResponseRun`` (not stored), a ``StoredRun`` (stored, foreg
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -88,6 +89,7 @@ class Server:
             self.startup_error = exc
             logger.error("the engine cannot serve: %s", exc)
             raise
+        self._bound_context(self.engine.context_window)
         self.containers.start()  # probes the sandbox in the background; warns when code cannot run
         try:
             await self.stored.start()
@@ -97,6 +99,22 @@ class Server:
             await self.engine.aclose()
             raise
         self.started_at = int(time.time())
+
+    def _bound_context(self, reported: int | None) -> None:
+        """Prompt plus output stay within the context the engine reported: ``--context-window`` may only lower it.
+
+        An engine serving a smaller context than the configured window (vLLM or SGLang with ``max_model_len``
+        4096, llama.cpp with ``n_ctx`` 4096) refuses any budget over it, or stops silently when its context
+        fills, so every budget, truncation and the too-long-prompt 400 are computed against the smaller one.
+        """
+        if reported is None or reported >= self.prompting.context_window:
+            return
+        logger.info(
+            "the engine's context is %d tokens (configured: %d): prompts and output are kept within it",
+            reported,
+            self.prompting.context_window,
+        )
+        self.prompting = dataclasses.replace(self.prompting, context_window=reported)
 
     async def aclose(self) -> None:
         await self.stored.aclose()  # background work still running ends failed, with a reason
