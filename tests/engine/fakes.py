@@ -171,11 +171,26 @@ def _lp_maps(k: int, ids: list[int], top: int) -> dict[str, Any]:
 
 
 class VLLMFake(Fake):
-    """vLLM: /v1/completions with token ids, optionally /inference/v1/generate and /abort_requests."""
+    """vLLM 0.33 (as its real server answered, tests/real_engines/vllm): /v1/completions with token ids;
+    with ``generate_endpoint`` (``--enable-scale-out``) also /inference/v1/generate and
+    /inference/v1/abort_requests, with ``tokens_only`` (``--tokens-only``) the legacy /abort_requests
+    too and a /detokenize that answers 400 (no tokenizer).
 
-    def __init__(self, *scenarios: Scenario, generate_endpoint: bool = False, **kwargs: Any) -> None:
+    What the real server does and this fake copies: errors are ``{"error": {message, type, param,
+    code}}``; vLLM adds the generation config's ``<|endoftext|>`` to the stop ids; ``<|return|>`` is the
+    tokenizer's eos, so stopping on it gives ``stop_reason: null`` (the id stays in ``token_ids``), any
+    other stop id gives that id; generate chunks carry ``stop_reason`` too, name the request
+    ``generate-tokens-<request_id>``, and give logprobs as integer ``token_id``s, the sampled token first.
+    """
+
+    eos_id = RETURN  # the tokenizer's eos (gpt-oss: <|return|>)
+
+    def __init__(
+        self, *scenarios: Scenario, generate_endpoint: bool = False, tokens_only: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*scenarios, **kwargs)
-        self.generate_endpoint = generate_endpoint
+        self.generate_endpoint = generate_endpoint or tokens_only
+        self.tokens_only = tokens_only
 
     def routes(self) -> list[Route]:
         routes = [
@@ -188,27 +203,44 @@ class VLLMFake(Fake):
         if self.generate_endpoint:
             routes += [
                 Route("/inference/v1/generate", self.generate, methods=["POST"]),
-                Route("/abort_requests", self.abort, methods=["POST"]),
+                Route("/inference/v1/abort_requests", self.abort, methods=["POST"]),
             ]
+        if self.tokens_only:
+            routes.append(Route("/abort_requests", self.abort, methods=["POST"]))
         return routes
+
+    def error(self, s: Scenario) -> Response:
+        status = s.status or 400
+        error = {"message": s.message, "type": "BadRequestError", "param": None, "code": status}
+        return JSONResponse({"error": error}, status_code=status)
+
+    def stop_reason(self, s: Scenario, matched: int | None) -> int | None:
+        # A stripped stop id (include_stop=False: not what 0.33 does) is named, as versions that strip did.
+        if s.eos or matched is None or (matched == self.eos_id and s.include_stop):
+            return None
+        return matched
 
     async def models(self, request: Request) -> Response:
         data = [{"id": self.model, "object": "model", "owned_by": "vllm", "max_model_len": 131072}]
         return JSONResponse({"object": "list", "data": data})
 
     async def detokenize(self, request: Request) -> Response:
+        if self.tokens_only:
+            return self.error(Scenario(status=400, message="Unable to get tokenizer because skip_tokenizer_init=True"))
         body = await request.json()
         return JSONResponse({"prompt": self.detok(body["tokens"])})
 
     async def openapi(self, request: Request) -> Response:
         paths = ["/v1/completions", "/health", "/detokenize"]
         if self.generate_endpoint:
-            paths += ["/inference/v1/generate", "/abort_requests"]
+            paths += ["/inference/v1/generate", "/inference/v1/abort_requests"]
+        if self.tokens_only:
+            paths.append("/abort_requests")
         return JSONResponse({"openapi": "3.1.0", "paths": {p: {} for p in paths}})
 
     async def abort(self, request: Request) -> Response:
         self.aborts.extend((await request.json())["request_ids"])
-        return JSONResponse({})
+        return Response(status_code=200)
 
     async def completions(self, request: Request) -> Response:
         body = await request.json()
@@ -218,7 +250,7 @@ class VLLMFake(Fake):
             return self.error(s)
         assert isinstance(body["prompt"], list) and body["stream"] and body["return_token_ids"]
         prompt, rid = body["prompt"], "cmpl-" + body.get("request_id", "x")
-        out, finish, matched = self.plan(s, body["stop_token_ids"], body.get("max_tokens", 16))
+        out, finish, matched = self.plan(s, [*body["stop_token_ids"], EOT], body.get("max_tokens", 16))
         top = body.get("logprobs")
 
         def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
@@ -228,7 +260,7 @@ class VLLMFake(Fake):
                 "text": load_encoding().decode([t for t in shown if t < 200000]),
                 "logprobs": _lp_maps(k, shown, top) if top is not None else None,
                 "finish_reason": finish if last else None,
-                "stop_reason": (None if s.eos else matched) if last else None,
+                "stop_reason": self.stop_reason(s, matched) if last else None,
                 "token_ids": shown,
             }
             if k == 0:
@@ -261,8 +293,9 @@ class VLLMFake(Fake):
         s = self.scenario()
         if s.status:
             return self.error(s)
-        sampling, rid = body["sampling_params"], body["request_id"]
-        out, finish, matched = self.plan(s, sampling["stop_token_ids"], sampling["max_tokens"])
+        sampling, rid = body["sampling_params"], "generate-tokens-" + body["request_id"]
+        prompt = body["token_ids"]
+        out, finish, matched = self.plan(s, [*sampling["stop_token_ids"], EOT], sampling["max_tokens"])
         top = sampling.get("logprobs")
 
         def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
@@ -274,17 +307,34 @@ class VLLMFake(Fake):
                     value, alts = fake_lp(k + j, token, top)
                     content.append(
                         {
-                            "token": f"token_id:{token}",
+                            "token_id": token,
                             "logprob": value,
-                            "bytes": None,
-                            "top_logprobs": [{"token": f"token_id:{t}", "logprob": v, "bytes": None} for t, v in alts],
+                            "rank": 1,
+                            "top_logprobs": [
+                                {"token_id": t, "logprob": v, "rank": r} for r, (t, v) in enumerate(alts, 1)
+                            ],
                         }
                     )
                 lp = {"content": content}
-            choice = {"index": 0, "token_ids": shown, "finish_reason": finish if last else None, "logprobs": lp}
-            return {"request_id": rid, "choices": [choice], "prompt_logprobs": None, "kv_transfer_params": None}
+            choice = {
+                "index": 0,
+                "finish_reason": finish if last else None,
+                "stop_reason": self.stop_reason(s, matched) if last else None,
+                "token_ids": shown,
+                "logprobs": lp,
+            }
+            return {"request_id": rid, "usage": None, "output_mode": "tokens", "choices": [choice]}
 
-        return StreamingResponse(self.play(request, s, rid, out, encode, list), media_type="text/event-stream")
+        def final() -> list[dict[str, Any]]:
+            usage = {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(out),
+                "total_tokens": len(prompt) + len(out),
+                "prompt_tokens_details": {"cached_tokens": s.cached},
+            }
+            return [{"request_id": rid, "usage": usage, "output_mode": "tokens", "choices": []}]
+
+        return StreamingResponse(self.play(request, s, rid, out, encode, final), media_type="text/event-stream")
 
 
 class SGLangFake(Fake):

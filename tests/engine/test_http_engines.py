@@ -146,17 +146,42 @@ def test_llamacpp_stopping_on_end_is_reported() -> None:
     assert "<|end|>" in message and "llamacpp" in message
 
 
-def test_vllm_generate_endpoint_and_abort() -> None:
+@pytest.mark.parametrize("tokens_only", [False, True])
+def test_vllm_generate_endpoint_and_abort(tokens_only: bool) -> None:
+    # --enable-scale-out, or --tokens-only (whose /detokenize answers 400: start-up goes on without it).
     fake = VLLMFake(
-        Scenario(tokens=HELLO, include_stop=False), Scenario(tokens=HELLO, stall_after=5), generate_endpoint=True
+        Scenario(tokens=HELLO), Scenario(tokens=HELLO, stall_after=5), generate_endpoint=True, tokens_only=tokens_only
     )
     with stack("vllm", fake) as s:
-        response = s.post({"input": "Hi", "top_logprobs": 1, "include": ["message.output_text.logprobs"]}).json()
-        assert response["output"][-1]["content"][0]["text"] == "Hello there!"
+        body = {"input": "Hi", "top_logprobs": 2, "include": ["message.output_text.logprobs"]}
+        response = s.post(body).json()
+        part = response["output"][-1]["content"][0]
+        assert part["text"] == "Hello there!"
+        # Integer token_id alternatives are kept (they were dropped while only "token_id:N" strings were read).
+        assert all(len(lp["top_logprobs"]) == 2 for lp in part["logprobs"])
         assert response["usage"]["output_tokens"] == len(HELLO)
         assert "sampling_params" in fake.requests[0] and "token_ids" in fake.requests[0]
         _disconnect_midway(s.root)
-        _wait(lambda: fake.aborts == [fake.requests[1]["request_id"]])
+        # vLLM knows the request as generate-tokens-<id>: the bare id would abort nothing.
+        _wait(lambda: fake.aborts == ["generate-tokens-" + fake.requests[1]["request_id"]])
+
+
+def test_vllm_sends_plain_sampling_and_stops_cleanly_on_endoftext() -> None:
+    # vLLM fills what a request leaves out from generation_config.json; <|endoftext|> is among its stop ids.
+    tokens = harmony("<|channel|>final<|message|>Hello<|endoftext|>")
+    with stack("vllm", VLLMFake(Scenario(tokens=tokens))) as s:
+        response = s.post({"input": "Hi"}).json()
+        sent = s.fake.requests[0]
+    assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+    }
+    assert response["output"][-1]["content"][0]["text"] == "Hello"
+    # Nothing appended after <|endoftext|>: the usage counts what the engine generated.
+    assert response["usage"]["output_tokens"] == len(tokens)
 
 
 # ------------------------------------------------------------------------------ errors

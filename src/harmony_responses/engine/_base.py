@@ -86,13 +86,20 @@ class EngineTimeout(EngineError):
 class EngineRefused(EngineError):
     """The engine answered with an error (HTTP status >= 400, or an error object in the stream)."""
 
-    def __init__(self, message: str, *, status: int | None = None, context_length: bool = False) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, context_length: bool = False, invalid_request: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         if context_length:
             # The prompt is longer than the engine's context: the client's request is at fault.
             self.status_hint = 400
             self.code_hint = "context_length_exceeded"
+        elif invalid_request:
+            # The engine refused a parameter of the request (an error object with code 400 in the stream,
+            # e.g. more logprobs than the engine allows): the client's request is at fault too.
+            self.status_hint = 400
+            self.code_hint = "invalid_request_error"
 
 
 class EngineProtocolError(EngineError):
@@ -144,6 +151,9 @@ class Engine(abc.ABC):
     """
 
     name: str
+    # Prompt plus output tokens the engine accepts, as it reported at start-up (vLLM and SGLang
+    # ``max_model_len``, llama.cpp ``n_ctx``); None when it does not say. Set by ``start``.
+    context_window: int | None = None
 
     @abc.abstractmethod
     def generate(self, request: GenerateRequest) -> EngineStream:

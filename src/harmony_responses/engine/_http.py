@@ -79,7 +79,7 @@ __all__ = [
 
 logger = logging.getLogger("harmony_responses.engine")
 
-_START, _END, _MESSAGE, _RETURN, _CALL = 200006, 200007, 200008, 200002, 200012
+_START, _END, _MESSAGE, _RETURN, _CALL, _ENDOFTEXT = 200006, 200007, 200008, 200002, 200012, 199999
 
 # Detokenising these must give back their literal text on a Harmony tokenizer (engines.md §1, readiness).
 HARMONY_PROBE = ([200006, 200008, 200002], "<|start|><|message|><|return|>")
@@ -192,6 +192,15 @@ def _excerpt(value: object) -> str:
     return text if len(text) <= ERROR_EXCERPT else text[:ERROR_EXCERPT] + "…"
 
 
+def error_code(obj: Any) -> int | None:
+    """The HTTP-like status an error object carries (``{"error": {"code": 400}}``), when it is one."""
+    error = obj.get("error") if isinstance(obj, dict) else None
+    code = error.get("code") if isinstance(error, dict) else obj.get("code") if isinstance(obj, dict) else None
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    return code if type(code) is int and 100 <= code < 600 else None
+
+
 def error_message(obj: Any) -> str | None:
     """The message of an error object in a stream or error body (``{"error": …}``, ``object: "error"``)."""
     if not isinstance(obj, dict):
@@ -207,21 +216,49 @@ def error_message(obj: Any) -> str | None:
 
 
 _CONTEXT_LENGTH = re.compile(r"context length|context window|max_model_len|n_ctx|too long|exceeds? the", re.I)
+# vLLM's refusal of an output budget over its context ("max_tokens=130999 cannot be greater than
+# max_model_len=4096"), SGLang's of max_new_tokens: not a prompt that is too long, a budget to lower.
+_BUDGET_OVER_CONTEXT = re.compile(
+    r"(max_tokens|max_new_tokens|max_completion_tokens)\W+(?P<budget>\d+)\D[^.]*?"
+    r"(max_model_len|context length|context_len)\W+(?P<context>\d+)",
+    re.I,
+)
 
 
-def refused(label: str, status: int | None, body: bytes | str) -> EngineRefused:
-    """The error for an engine's error answer (status None: an error object inside the stream)."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    try:
-        message = error_message(orjson.loads(text)) or text
-    except orjson.JSONDecodeError:
-        message = text
+def refused(label: str, status: int | None, body: bytes | str | dict[str, Any]) -> EngineRefused:
+    """The error for an engine's error answer (status None: an error object inside the stream).
+
+    An error object in a stream carries its own ``code``: 4xx there is a refusal of the request (vLLM
+    after admission: token id out of vocabulary, logprobs over ``--max-logprobs``; SGLang: prompt or
+    ``max_new_tokens`` over its context), mapped as the same status before the stream would be.
+    """
+    obj: Any = body
+    if not isinstance(body, dict):
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            obj = text
+    message = (error_message(obj) if isinstance(obj, dict) else None) or (obj if isinstance(obj, str) else repr(obj))
     message = _excerpt(message.strip() or "(no body)")
+    code = status if status is not None else error_code(obj)
     where = f"HTTP {status}" if status is not None else "an error in the stream"
+    client_fault = code is not None and 400 <= code < 500 and code not in (401, 403, 404, 408, 429)
+    budget = _BUDGET_OVER_CONTEXT.search(message) if client_fault else None
+    if budget is not None:
+        return EngineRefused(
+            f"{label}: {where}: the output budget ({budget['budget']} tokens) is larger than the engine's context "
+            f"({budget['context']} tokens): lower max_output_tokens, or start the server with --context-window "
+            f"{budget['context']} ({message})",
+            status=code,
+            invalid_request=True,
+        )
+    context = client_fault and bool(_CONTEXT_LENGTH.search(message))
     return EngineRefused(
         f"{label}: {where}: {message}",
-        status=status,
-        context_length=status is not None and 400 <= status < 500 and bool(_CONTEXT_LENGTH.search(message)),
+        status=code,
+        context_length=context,
+        invalid_request=client_fault and status is None,
     )
 
 
@@ -247,12 +284,17 @@ def parse_completion_logprobs(lp: Any, ids: Sequence[int], top: int) -> list[Tok
     return out
 
 
+# The OpenAI API's value for "very unlikely" (its logprob fields' documentation): what a token of zero
+# probability gets instead of -inf, or of -3.4e38 (float32's lowest, what engines send for a masked token).
+LOGPROB_FLOOR = -9999.0
+
+
 def _logprob(value: Any) -> float:
     # JSON has no -inf: engines send null, a huge negative number or the string "-inf".
     if value is None:
-        return -9999.0
+        return LOGPROB_FLOOR
     value = float(value)
-    return value if math.isfinite(value) else -9999.0
+    return value if math.isfinite(value) and value > LOGPROB_FLOOR else LOGPROB_FLOOR
 
 
 def settle_stop(
@@ -269,6 +311,10 @@ def settle_stop(
     stops = request.stop_token_ids
     last = generated[-1] if generated else None
     if last in stops:
+        return [], None
+    if last == _ENDOFTEXT or matched == _ENDOFTEXT:
+        # The model's own end of sequence (vLLM adds it to the stop ids from generation_config.json): the
+        # translator ends the stream there; appending <|return|> would invent a token and count it.
         return [], None
     if last == _END:
         return [], (
@@ -330,9 +376,8 @@ class StreamReader(abc.ABC):
     def feed(self, obj: Any) -> TokenChunk | None: ...
 
     def check_error(self, obj: Any) -> None:
-        message = error_message(obj)
-        if message is not None:
-            raise refused(self.label, None, message)
+        if error_message(obj) is not None:
+            raise refused(self.label, None, obj)
 
     def chunk(self, ids: list[int], logprobs: list[TokenLogprob] | None) -> TokenChunk | None:
         if not ids:
@@ -402,12 +447,20 @@ class HTTPEngine(Engine):
         url = (self.options.url or self.default_url).rstrip("/")
         self.url = url[:-3] if url.endswith("/v1") else url
         self.model: str | None = self.options.model
-        self.context_length: int | None = None
         self.label = f"{self.name} at {self.url}"
         # Constrain the final channel to text.format's schema where the adapter can; switched off for
         # good when the engine refuses the constraint (an older version).
         self.constrain_final = True
         self._client: aiohttp.ClientSession | None = None
+
+    @property
+    def context_length(self) -> int | None:
+        """The adapters' name for ``Engine.context_window`` (set by their start-up check)."""
+        return self.context_window
+
+    @context_length.setter
+    def context_length(self, value: int | None) -> None:
+        self.context_window = value
 
     # ------------------------------------------------------------------ adapter hooks
 
@@ -699,32 +752,47 @@ async def _read_bounded(response: aiohttp.ClientResponse, limit: int = 64 * 1024
 def parse_chat_logprobs(lp: Any, ids: Sequence[int], top: int) -> list[TokenLogprob]:
     """Chat-style logprobs (``{"content": [{"token": "token_id:N", "logprob", "top_logprobs": […]}]}``).
 
-    The sampled token is known from ``ids``; alternatives whose token is not ``"token_id:N"`` are left out.
+    An alternative is identified by an integer ``token_id`` (vLLM's ``/inference/v1/generate``, which
+    sends no token strings) or a ``"token_id:N"`` token string; others are left out. The sampled token
+    is known from ``ids``.
     """
     entries = lp["content"]
     if len(entries) != len(ids):
         raise EngineProtocolError(f"logprobs for {len(entries)} tokens in a chunk of {len(ids)}")
     out = []
     for entry in entries:
-        pairs = [
-            (int(alt["token"][9:]), _logprob(alt["logprob"]))
-            for alt in entry.get("top_logprobs") or ()
-            if isinstance(alt.get("token"), str) and alt["token"].startswith("token_id:")
-        ]
+        pairs = []
+        for alt in entry.get("top_logprobs") or ():
+            token = _alternative_id(alt)
+            if token is not None:
+                pairs.append((token, _logprob(alt["logprob"])))
         pairs.sort(key=lambda p: -p[1])
         out.append(TokenLogprob(logprob=_logprob(entry["logprob"]), top=tuple(pairs[:top])))
     return out
+
+
+def _alternative_id(alt: Any) -> int | None:
+    token_id = alt.get("token_id")
+    if is_token_id(token_id):
+        return token_id  # type: ignore[no-any-return]
+    token = alt.get("token")
+    if isinstance(token, str) and token.startswith("token_id:") and token[9:].isdigit():
+        return int(token[9:])
+    return None
 
 
 def final_channel_tag(schema: dict[str, Any]) -> dict[str, Any]:
     """A structural tag constraining only the final answer to ``schema`` (engines.md §2.1).
 
     Constraining the whole completion would also constrain the Harmony headers and the analysis; the
-    tag starts at the final channel's header and ends at ``<|return|>``.
+    tag starts at the final channel's header. Its ``end`` is empty: the grammar backends (xgrammar in
+    vLLM and SGLang) match ``end`` as text, so ``"<|return|>"`` there made a grammar-following sampler
+    spell those ten characters before it could stop; with no ``end`` the structure closes with the JSON
+    value and the stop token ``<|return|>`` ends generation as usual.
     """
     return {
         "type": "structural_tag",
-        "structures": [{"begin": "<|channel|>final<|message|>", "schema": schema, "end": "<|return|>"}],
+        "structures": [{"begin": "<|channel|>final<|message|>", "schema": schema, "end": ""}],
         "triggers": ["<|channel|>final"],
     }
 

@@ -1,28 +1,41 @@
 """The ``vllm`` engine: vLLM's OpenAI server, token ids in and out (engines.md §2).
 
-Two endpoints, chosen at start from the server's OpenAPI description:
+Two endpoints, chosen at start from the server's OpenAPI description (checked against vLLM 0.33.0's own
+server, tests/real_engines/vllm):
 
-- ``POST /inference/v1/generate`` (tokens in / tokens out) when the server offers it; its chunks carry no
-  ``stop_reason``, so a stripped stop id is inferred from the open message (``settle_stop``); when the
-  server also offers ``POST /abort_requests`` it is called on cancellation;
+- ``POST /inference/v1/generate`` (tokens in / tokens out) when the server offers it, which it does only
+  with ``--enable-scale-out`` or ``--tokens-only`` (otherwise the route answers 403 and is not in the
+  OpenAPI description). vLLM names the request ``generate-tokens-<request_id>``, so the abort,
+  ``POST /inference/v1/abort_requests`` (or the legacy ``/abort_requests`` of ``--tokens-only``), is sent
+  that name: the bare id answers 200 and aborts nothing. Its logprobs come as integer ``token_id``s;
 - ``POST /v1/completions`` otherwise, with the prompt as a token-id list and ``return_token_ids``; the
-  delta ids come in ``choices[0].token_ids``, the matched stop id in ``stop_reason`` (null: the model's
-  own end of sequence), cached prompt tokens in the last chunk's usage. Closing the connection aborts.
+  delta ids come in ``choices[0].token_ids``, cached prompt tokens in the last chunk's usage. Closing
+  the connection aborts.
 
-Logprobs are asked for with ``return_tokens_as_token_ids`` so that alternatives are keyed by id. The
-``text.format`` schema goes in ``structured_outputs.structural_tag``, starting at the final channel
-(completions only). Start-up check: ``/health``, ``/v1/models`` (the model name, ``max_model_len``) and
-``/detokenize`` of Harmony's special tokens.
+Both carry ``stop_reason`` with the finish: the matched stop id, or null for the model's own end of
+sequence. ``<|return|>`` is gpt-oss's tokenizer eos, so vLLM reports it as null too, with the id in the
+output; vLLM also adds the generation config's eos ids (``<|endoftext|>`` 199999) to the stop ids. A
+chunk without the field (older versions' generate) leaves the stop id to ``settle_stop``'s inference.
+
+Sampling is sent in full (temperature 1, top_p 1, top_k and min_p off, no repetition penalty unless the
+request says): vLLM fills every field a request leaves out from the model's ``generation_config.json``
+(unless the server runs with ``--generation-config vllm``), and published checkpoints ship sampling
+defaults there. Logprobs are asked for with ``return_tokens_as_token_ids`` so that alternatives are
+keyed by id. The ``text.format`` schema goes in ``structured_outputs.structural_tag``, starting at the
+final channel (completions only). Start-up check: ``/health``, ``/v1/models`` (the model name; its
+``max_model_len`` becomes ``context_window``) and ``/detokenize`` of Harmony's special tokens, which
+answers 400 on a ``--tokens-only`` server (no tokenizer): there the check rests on the generate route.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 
 from ..tokens import TokenChunk
-from ._base import EngineMismatch, EngineProtocolError
+from ._base import EngineMismatch, EngineProtocolError, EngineRefused
 from ._http import (
     HARMONY_PROBE,
     HTTPEngine,
@@ -36,9 +49,22 @@ from ._http import (
 
 __all__ = ["CompletionsReader", "VLLMEngine"]
 
+logger = logging.getLogger("harmony_responses.engine")
+
 GENERATE_PATH = "/inference/v1/generate"
 COMPLETIONS_PATH = "/v1/completions"
-ABORT_PATH = "/abort_requests"
+ABORT_PATHS = ("/inference/v1/abort_requests", "/abort_requests")  # preferred first
+# The prefix vLLM's generate endpoint puts before the request id it was given (serving.py).
+GENERATE_ID_PREFIX = "generate-tokens-"
+# What "off" is for each sampling option vLLM would otherwise fill from generation_config.json.
+# top_k -1 rather than 0: both mean off in vLLM 0.33, and versions before 0.9 accepted only -1.
+PLAIN_SAMPLING: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+}
 
 
 class CompletionsReader(StreamReader):
@@ -76,16 +102,16 @@ class CompletionsReader(StreamReader):
             logprobs = parse_chat_logprobs(lp, ids, top) if "content" in lp else parse_completion_logprobs(lp, ids, top)
         finish = choice.get("finish_reason")
         if finish is not None:
-            self._finish(finish, choice.get("stop_reason"))
+            self._finish(finish, choice.get("stop_reason"), "stop_reason" in choice)
         return self.chunk(ids, logprobs)
 
-    def _finish(self, finish: str, stop_reason: Any) -> None:
+    def _finish(self, finish: str, stop_reason: Any, said: bool = True) -> None:
         if finish == "stop":
             self.finish = "stop"
             if type(stop_reason) is int:
                 self.matched = stop_reason
             elif stop_reason is None:
-                self.eos = self.null_stop_is_eos
+                self.eos = said and self.null_stop_is_eos
             else:
                 self.eos = True  # a stop *string* matched: none of ours, the text ends there
         elif finish == "length":
@@ -97,7 +123,7 @@ class CompletionsReader(StreamReader):
 
 
 class _GenerateReader(CompletionsReader):
-    null_stop_is_eos = False  # the generate endpoint never says which stop id matched
+    pass
 
 
 class VLLMEngine(HTTPEngine):
@@ -109,7 +135,7 @@ class VLLMEngine(HTTPEngine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.abort_endpoint = False
+        self.abort_path: str | None = None
 
     def reader(self, request: Any) -> StreamReader:
         cls = _GenerateReader if self.path == GENERATE_PATH else CompletionsReader
@@ -124,6 +150,7 @@ class VLLMEngine(HTTPEngine):
             "max_tokens": max_new_tokens(request, self.context_length),
             "stop_token_ids": list(request.stop_token_ids),
             "skip_special_tokens": False,
+            **PLAIN_SAMPLING,
         }
         if request.temperature is not None:
             sampling["temperature"] = request.temperature
@@ -162,22 +189,30 @@ class VLLMEngine(HTTPEngine):
     async def check(self) -> None:
         await self.get_ok("/health")
         await self.pick_listed_model()
+        paths = await self.openapi_paths()
+        generate = GENERATE_PATH in paths
         ids, _ = HARMONY_PROBE
         body: dict[str, Any] = {"tokens": ids}
         if self.model is not None:
             body["model"] = self.model
-        detokenized = await self.post_json("/detokenize", body)
-        if not isinstance(detokenized, dict) or "prompt" not in detokenized:
-            raise EngineMismatch(f"{self.label}: /detokenize answered {detokenized!r}, not {{'prompt': …}}")
-        self.check_detokenized(detokenized["prompt"])
-        paths = await self.openapi_paths()
-        if GENERATE_PATH in paths:
+        try:
+            detokenized = await self.post_json("/detokenize", body)
+        except EngineRefused as exc:
+            if not (generate and exc.status == 400):
+                raise
+            # --tokens-only: the server has no tokenizer to check; the ids we send are Harmony's anyway.
+            logger.info("%s: /detokenize refused (%s); a tokens-only server, tokenizer not checked", self.label, exc)
+        else:
+            if not isinstance(detokenized, dict) or "prompt" not in detokenized:
+                raise EngineMismatch(f"{self.label}: /detokenize answered {detokenized!r}, not {{'prompt': …}}")
+            self.check_detokenized(detokenized["prompt"])
+        if generate:
             self.path = GENERATE_PATH
-            self.abort_endpoint = ABORT_PATH in paths
+            self.abort_path = next((p for p in ABORT_PATHS if p in paths), None)
 
     async def abort(self, reader: StreamReader) -> None:
-        if self.abort_endpoint:
-            await self.post_json(ABORT_PATH, {"request_ids": [reader.rid]})
+        if self.abort_path is not None and self.path == GENERATE_PATH:
+            await self.post_json(self.abort_path, {"request_ids": [GENERATE_ID_PREFIX + reader.rid]})
 
     def describe(self) -> str:
         return super().describe() + f", {self.path}"
