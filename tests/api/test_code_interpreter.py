@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine, ReplayEngine
@@ -346,3 +347,37 @@ def test_concurrent_responses_get_their_own_containers(serve: Serve) -> None:
     calls = [next(i for i in _items(events) if i["type"] == "code_interpreter_call") for events in results]
     assert len({c["container_id"] for c in calls}) == 3
     assert all(c["outputs"] == [{"type": "logs", "logs": "0\n"}] for c in calls)  # private /mnt/data each
+
+
+def test_a_container_belongs_to_the_api_key_that_made_it(serve: Serve, tmp_path: Path) -> None:
+    engine = _script(
+        tmp_path,
+        [
+            CALL.format(code="open('/mnt/data/secret.txt', 'w').write('mine')"),
+            ANSWER.format(text="ok"),
+            CALL.format(code="open('/mnt/data/secret.txt').read()"),
+            ANSWER.format(text="ok"),
+        ],
+    )
+    live = _start(serve, engine, api_keys=("key-a", "key-b"))
+    alice, mallory = openai_client(live, api_key="key-a"), openai_client(live, api_key="key-b")
+    first = alice.responses.create(model=MODEL, input="Write it.", tools=[CODE_TOOL])  # type: ignore[list-item]
+    container = next(i for i in first.output if i.type == "code_interpreter_call").container_id  # type: ignore[union-attr]
+    tools: Any = [{"type": "code_interpreter", "container": container}]
+
+    # Another key that knows the id gets exactly what an unknown id gets: the container is not theirs.
+    with pytest.raises(openai.BadRequestError) as refused:
+        mallory.responses.create(model=MODEL, input="Read it.", tools=tools)
+    with pytest.raises(openai.BadRequestError) as unknown:
+        mallory.responses.create(
+            model=MODEL, input="Read it.", tools=[{"type": "code_interpreter", "container": "cntr_gone"}]
+        )
+    assert refused.value.body["param"] == unknown.value.body["param"] == "tools[0].container"  # type: ignore[index]
+    assert refused.value.body["message"] == unknown.value.body["message"].replace("cntr_gone", container)  # type: ignore[index]
+
+    # Its owner still reaches it, files and all (the refused request ran no engine call).
+    second = alice.responses.create(
+        model=MODEL, input="Read it.", tools=tools, include=["code_interpreter_call.outputs"]
+    )
+    call = next(i for i in second.output if i.type == "code_interpreter_call")
+    assert call.container_id == container and call.outputs[0].logs == "'mine'\n"  # type: ignore[union-attr,index]

@@ -132,7 +132,10 @@ async def build_run(
     tool_sessions = ToolSessions()
     try:
         code = code_interpreter_session(
-            request.body.get("tools"), containers, include_outputs="code_interpreter_call.outputs" in options.include
+            request.body.get("tools"),
+            containers,
+            include_outputs="code_interpreter_call.outputs" in options.include,
+            owner=request.owner,  # a container is its creator's, like every stored object
         )
     except ContainerNotFound as exc:
         raise APIError(str(exc), param=exc.param, code="invalid_value") from None

@@ -2,8 +2,11 @@
 
 A ``code_interpreter`` tool with ``container: {"type": "auto"}`` gets a new container for the response; one
 with ``container: "cntr_…"`` reuses a live container (its variables and files) — an unknown or expired id
-is the client's error (400). A container's sandbox process starts at its first call and the container
-expires after ``idle_seconds`` without a call (OpenAI's containers: 20 minutes), which kills the process.
+is the client's error (400). A container belongs to the API key that created it (its owner hash, as every
+stored object does): another key naming its id gets the same 400 as for an unknown id, so ids are not a
+capability that leaks one key's files to another. A container's sandbox process starts at its first call
+and the container expires after ``idle_seconds`` without a call (OpenAI's containers: 20 minutes), which
+kills the process.
 At most ``max_running`` sandboxes run at once: starting another expires the least recently used idle one.
 
 The ``ContainerManager`` lives as long as the app (``run.Server`` closes it at shutdown). It probes bwrap
@@ -43,10 +46,11 @@ DEFAULT_MAX_CONTAINERS = 1000
 
 
 class Container:
-    """One container: an id, a lazily started sandbox, and a lock so that calls run one at a time."""
+    """One container: an id, its owner, a lazily started sandbox, and a lock so that calls run one at a time."""
 
-    def __init__(self, container_id: str, manager: ContainerManager) -> None:
+    def __init__(self, container_id: str, manager: ContainerManager, *, owner: str = "") -> None:
         self.id = container_id
+        self.owner = owner  # the creating API key's owner hash ("" without authentication)
         self._manager = manager
         self._sandbox: Sandbox | None = None
         self._lock = asyncio.Lock()
@@ -185,21 +189,24 @@ class ContainerManager:
             raise SandboxUnavailable(self.unavailable)
         return Sandbox(limits=self.limits, python=self.python, unsafe=self.runs_unsafe)
 
-    def create(self) -> Container:
-        """A new container (no process until its first call)."""
+    def create(self, owner: str = "") -> Container:
+        """A new container of ``owner`` (no process until its first call)."""
         self._forget_expired()
         if len(self._containers) >= self.max_containers:
             idle = sorted((c for c in self._containers.values() if not c.busy), key=lambda c: c.last_used)
             for container in idle[: len(self._containers) - self.max_containers + 1]:
                 self._expire(container)
-        container = Container(random_id("cntr"), self)
+        container = Container(random_id("cntr"), self, owner=owner)
         self._containers[container.id] = container
         return container
 
-    def get(self, container_id: str) -> Container | None:
-        """The live container with that id, or None (unknown or expired)."""
+    def get(self, container_id: str, owner: str = "") -> Container | None:
+        """The live container with that id that ``owner`` made, or None (unknown, expired or someone else's)."""
         self._forget_expired()
-        return self._containers.get(container_id)
+        container = self._containers.get(container_id)
+        if container is None or container.owner != owner:
+            return None
+        return container
 
     async def make_room(self, starting: Container) -> None:
         """Before a sandbox starts: expire least recently used idle containers beyond ``max_running``."""
@@ -341,23 +348,24 @@ class ContainerNotFound(LookupError):
 
 
 def code_interpreter_session(
-    tools: Any, manager: ContainerManager, *, include_outputs: bool
+    tools: Any, manager: ContainerManager, *, include_outputs: bool, owner: str = ""
 ) -> CodeInterpreterSession | None:
     """The ``python`` session for a request's ``tools`` (None without a ``code_interpreter`` tool).
 
-    ``container: {"type": "auto"}`` creates a container; a ``cntr_…`` string reuses a live one.
+    ``container: {"type": "auto"}`` creates a container owned by ``owner`` (the request's API key hash); a
+    ``cntr_…`` string reuses a live one of the same owner.
 
     Raises:
-        ContainerNotFound: the named container is unknown or expired.
+        ContainerNotFound: the named container is unknown, expired, or another owner's.
     """
     for i, tool in enumerate(tools or ()):
         if isinstance(tool, dict) and tool.get("type") == "code_interpreter":
             wanted = tool.get("container")
             if isinstance(wanted, str):
-                container = manager.get(wanted)
+                container = manager.get(wanted, owner)
                 if container is None:
                     raise ContainerNotFound(wanted, f"tools[{i}].container")
             else:
-                container = manager.create()
+                container = manager.create(owner)
             return manager.session(container, include_outputs=include_outputs)
     return None
