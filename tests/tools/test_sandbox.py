@@ -333,6 +333,35 @@ def test_user_code_cannot_talk_to_the_host_over_the_drivers_pipes() -> None:
     assert sorted(eval(result.output)) == [b"0", b"1", b"2", b"3"]  # stdin, stdout, stderr, and ls's own listing
 
 
+def test_an_oversized_reply_frame_is_a_crashed_sandbox_not_a_buffer() -> None:
+    # Code in the REPL's own process can write to the reply pipe. A frame claiming 1 GB must not make the
+    # host buffer it (before: the host read until the deadline, holding all of it); it fails the call at once.
+    forge = (
+        "import __main__, os, struct, time\n"
+        "x = 1\n"
+        "os.write(__main__.REPLY_FD, struct.pack('>I', 10**9) + b'{' * 65536)\n"
+        "time.sleep(30)\n"
+    )
+    limits = dataclasses.replace(LIMITS, wall_seconds=10, grace_seconds=5)
+    started = time.monotonic()
+    forged, after = run_cells(forge, "print('x' in dir())", limits=limits)
+    assert time.monotonic() - started < 5
+    assert forged.status == "crashed" and forged.detail is not None and "1000000000-byte reply" in forged.detail
+    assert after.status == "ok" and after.output == "False\n"  # killed: the next call starts afresh
+
+    async def through_a_session() -> Any:
+        manager = ContainerManager(limits=limits)
+        manager.start()
+        try:
+            return await manager.session(manager.create(), include_outputs=False).call(_call(forge))
+        finally:
+            await manager.aclose()
+
+    told = asyncio.run(through_a_session())  # the call fails, and the model reads why
+    assert told.error is not None and told.error.startswith("The sandbox was killed: the sandbox announced a")
+    assert "[ERROR] The sandbox was killed" in told.text
+
+
 # ------------------------------------------------------------------------------------------ the tool session
 
 

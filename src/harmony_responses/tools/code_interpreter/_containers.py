@@ -318,6 +318,11 @@ class CodeInterpreterSession(ToolSession):
                 f"The code did not stop at the {limits.wall_seconds:g} s time limit, so its sandbox was killed. Its "
                 "state (variables and files) is lost: the next call starts in a fresh sandbox."
             )
+        elif cell.status == "crashed" and cell.detail is not None:
+            error = (
+                f"The sandbox was killed: {cell.detail}. Its state (variables and files) is lost: the next call "
+                "starts in a fresh sandbox."
+            )
         elif cell.status == "crashed":
             how = f" (exit status {cell.exit_code})" if cell.exit_code is not None else ""
             error = (

@@ -61,9 +61,19 @@ _uids = itertools.count()
 # What the runtime reads from /etc, when present (the dynamic linker cache, time zone, alternatives links).
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives", "/etc/python3", "/etc/mime.types")
 _FRAME = struct.Struct(">I")
+# The largest reply frame the host reads. Replies are a status object of a few dozen bytes, but the REPL's
+# process runs the model's code, which can write to the reply pipe itself: a frame length is the sandbox's
+# claim, not a fact. Without a cap the host would buffer whatever it claims (up to 4 GiB); anything larger
+# than this means the REPL is no longer the driver we started, so the sandbox is treated as crashed.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 _DRIVER: str | None = None
 
 CellStatus = Literal["ok", "error", "timeout", "cpu", "killed", "crashed"]
+_CELL_STATUSES = frozenset(("ok", "error", "timeout", "cpu"))  # what the driver itself may report
+
+
+class _ProtocolBroken(Exception):
+    """The sandbox's reply pipe carried something the driver never sends (the message says what)."""
 
 
 class SandboxUnavailable(Exception):
@@ -91,12 +101,14 @@ class SandboxLimits:
 class CellResult:
     """What one call produced. ``status``: ``ok``/``error`` (a traceback is in ``output``), ``timeout``/``cpu``
     (interrupted by the driver; state kept), ``killed`` (did not stop: the sandbox was killed, state lost),
-    ``crashed`` (the REPL process died, state lost)."""
+    ``crashed`` (the REPL process died, or broke the reply protocol and was killed: state lost; ``detail``
+    says which, when known)."""
 
     status: CellStatus
     output: str
     dropped_bytes: int = 0
     exit_code: int | None = None
+    detail: str | None = None
 
 
 def _driver_source() -> str:
@@ -334,15 +346,28 @@ class Sandbox:
         # notebook would; what the sandbox wrote while starting (bwrap's complaints) goes with the first.
         command = json.dumps({"code": code, "cpu": limits.cpu_seconds, "wall": limits.wall_seconds}).encode()
         status: CellStatus
+        detail: str | None = None
         try:
             self._cmd.write(_FRAME.pack(len(command)) + command)
             async with asyncio.timeout(limits.wall_seconds + limits.grace_seconds):
                 header = await self._reply.readexactly(_FRAME.size)
                 (length,) = _FRAME.unpack(header)
+                if length > MAX_REPLY_BYTES:
+                    raise _ProtocolBroken(
+                        f"the sandbox announced a {length}-byte reply (the most a reply may be is "
+                        f"{MAX_REPLY_BYTES} bytes): code wrote to the REPL's reply pipe"
+                    )
                 reply = json.loads(await self._reply.readexactly(length))
-            status = reply.get("status", "crashed")
+            status = reply.get("status", "crashed") if isinstance(reply, dict) else "crashed"
+            if status not in _CELL_STATUSES:
+                raise _ProtocolBroken(f"the sandbox sent a reply the server cannot read ({str(reply)[:80]!r})")
         except TimeoutError:
             status = "killed"
+            await self.kill()
+        except _ProtocolBroken as exc:
+            # Not a driver any more: nothing it says can be trusted, so it goes, and the call says why.
+            status, detail = "crashed", str(exc)
+            logger.warning("code interpreter: killing a sandbox: %s", detail)
             await self.kill()
         except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
             status = "crashed"
@@ -366,6 +391,7 @@ class Sandbox:
             output=data.decode("utf-8", errors="replace"),
             dropped_bytes=dropped,
             exit_code=exit_code,
+            detail=detail,
         )
 
     async def kill(self) -> None:
