@@ -6,7 +6,12 @@ import itertools
 import secrets
 from collections.abc import Callable
 
-__all__ = ["counting_ids", "random_id"]
+__all__ = ["MAX_ID_LENGTH", "counting_ids", "id_problem", "random_id"]
+
+# Ids a client supplies (its input items', ``previous_response_id``, ``item_reference``, path ids) are
+# stored and looked up: PostgreSQL text cannot hold NUL, and an index row has a size limit (about 2.7 KB),
+# so an id that breaks either would fail the store's whole group-commit round. Ours are 50 characters.
+MAX_ID_LENGTH = 512
 
 
 def random_id(prefix: str) -> str:
@@ -18,3 +23,17 @@ def counting_ids() -> Callable[[str], str]:
     """Deterministic ids (``msg_1``, ``rs_2``, …) for tests and reproducible output."""
     counter = itertools.count(1)
     return lambda prefix: f"{prefix}_{next(counter)}"
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a client-supplied id (None: it can): not a string, empty, too long, or control
+    characters (NUL above all, which PostgreSQL text cannot hold)."""
+    if not isinstance(value, str):
+        return "expected a string"
+    if not value:
+        return "expected a non-empty string"
+    if len(value) > MAX_ID_LENGTH:
+        return f"expected a string with maximum length {MAX_ID_LENGTH}, but got a string with length {len(value)}"
+    if any(c < " " or c == "\x7f" for c in value):
+        return "ids cannot contain control characters"
+    return None

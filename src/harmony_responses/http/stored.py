@@ -30,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from ..errors import APIError
-from ..request import check_metadata
+from ..request import check_metadata, conversation_items
 from ..run import Server, conversation_object
 from .auth import owner_of
 from .errors import json_response
@@ -41,7 +41,6 @@ __all__ = ["routes"]
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 20
-MAX_ITEMS_PER_REQUEST = 20
 
 
 def _server(request: Request) -> tuple[Server, str]:
@@ -141,29 +140,6 @@ async def cancel_response(request: Request) -> Response:
 # ---------------------------------------------------------------------------------------------- conversations
 
 
-def _items_from_body(body: dict[str, Any], *, required: bool) -> list[Any]:
-    raw = body.get("items")
-    if raw is None:
-        if required:
-            raise APIError("Missing required parameter: 'items'.", param="items", code="missing_required_parameter")
-        return []
-    if not isinstance(raw, list):
-        raise APIError("Invalid type for 'items': expected an array of items.", param="items", code="invalid_type")
-    if len(raw) > MAX_ITEMS_PER_REQUEST:
-        raise APIError(
-            f"Invalid 'items': array too long. Expected an array with maximum length {MAX_ITEMS_PER_REQUEST}, "
-            f"but got an array with length {len(raw)} instead.",
-            param="items",
-            code="array_above_max_length",
-        )
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise APIError(
-                f"Invalid type for 'items[{i}]': expected an object.", param=f"items[{i}]", code="invalid_type"
-            )
-    return raw
-
-
 async def _body(request: Request) -> dict[str, Any]:
     if request.headers.get("content-length") == "0":
         return {}  # the openai client sends no body for a call without parameters
@@ -179,7 +155,7 @@ async def create_conversation(request: Request) -> Response:
     server, owner = _server(request)
     body = await _body(request)
     check_metadata(body)
-    record = await server.conversations.create(owner, body.get("metadata"), _items_from_body(body, required=False))
+    record = await server.conversations.create(owner, body.get("metadata"), conversation_items(body, required=False))
     return json_response(conversation_object(record))
 
 
@@ -219,7 +195,7 @@ async def list_conversation_items(request: Request) -> Response:
 async def add_conversation_items(request: Request) -> Response:
     server, owner = _server(request)
     record = await server.conversations.get(request.path_params["conversation_id"], owner)
-    items = await server.conversations.add_items(record, _items_from_body(await _body(request), required=True))
+    items = await server.conversations.add_items(record, conversation_items(await _body(request), required=True))
     return _list(items, False)
 
 

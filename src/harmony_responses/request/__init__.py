@@ -10,7 +10,7 @@ Nothing here does I/O of its own: stored items come through the ``History`` the 
 from .items import is_item_reference, normalize_items
 from .resolve import History, ResponseRequest, model_not_found, read_request, resolve_items
 from .sealed import ReasoningSealer, configure_reasoning_key, decrypt_reasoning, encrypt_reasoning
-from .validate import RequestOptions, check_metadata, validate_request
+from .validate import RequestOptions, check_metadata, conversation_items, validate_request
 
 __all__ = [
     "History",
@@ -18,6 +18,7 @@ __all__ = [
     "RequestOptions",
     "ResponseRequest",
     "check_metadata",
+    "conversation_items",
     "configure_reasoning_key",
     "decrypt_reasoning",
     "encrypt_reasoning",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import APIError
+from ..ids import id_problem
 from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
 from ..tools.mcp import mcp_tool_problem
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
@@ -37,7 +38,10 @@ __all__ = [
     "INCLUDABLE",
     "REASONING_EFFORTS",
     "RequestOptions",
+    "check_id",
+    "check_items",
     "check_metadata",
+    "conversation_items",
     "validate_request",
 ]
 
@@ -67,6 +71,10 @@ MAX_TOP_LOGPROBS = 20
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
+# Input items per request. The API states no limit; a long agent session has a few thousand items, and
+# 100,000 tiny ones (4 MB) kept the event loop busy for 20 s, starving every other stream.
+MAX_INPUT_ITEMS = 10_000
+MAX_CONVERSATION_ITEMS = 20  # the Conversations API's own limit per request
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,6 +249,13 @@ def _check_name(value: object, param: str) -> str:
         raise _missing(param)
     if not isinstance(value, str):
         raise _invalid_type(param, "a string", value)
+    if not value:
+        raise APIError(
+            f"Invalid '{param}': empty string. Expected a string with minimum length 1, but got an empty string "
+            "instead.",
+            param=param,
+            code="empty_string",
+        )
     if len(value) > MAX_NAME_LENGTH:
         raise APIError(
             f"Invalid '{param}': string too long. Expected a string with maximum length {MAX_NAME_LENGTH}, "
@@ -338,11 +353,7 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
         if kind == "function":
             names.add(_check_function(tool, param))
         elif kind == "namespace":
-            namespace = tool.get("name")
-            if namespace is None:
-                raise _missing(f"{param}.name")
-            if not isinstance(namespace, str) or not namespace:
-                raise _invalid_type(f"{param}.name", "a string", namespace)
+            namespace = _check_name(tool.get("name"), f"{param}.name")
             _opt_str(tool, "description", f"{param}.description")
             inner = _opt_array(tool, "tools", f"{param}.tools")
             for j, member in enumerate(inner or ()):
@@ -359,11 +370,12 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
                 function = _check_function(member, member_param)
                 names.update((function, f"{namespace}.{function}"))
         elif is_web_search(kind):
-            pass
+            _check_web_search(tool, param)
         elif kind == "mcp":
             problem = mcp_tool_problem(tool, param)  # tools/mcp owns the mcp tool's fields
             if problem is not None:
                 raise APIError(problem.message, param=problem.param, code=problem.code)
+            _check_name(tool["server_label"], f"{param}.server_label")  # its pattern is checked there, not its length
         elif kind == "code_interpreter":
             _check_code_interpreter(tool, param)
         elif kind in UNSUPPORTED_TOOL_TYPES:
@@ -377,6 +389,28 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
         else:
             raise _invalid_value(f"{param}.type", kind, SUPPORTED_TOOL_TYPES)
     return names
+
+
+def _check_web_search(tool: Mapping[str, Any], param: str) -> None:
+    # The fields the openai types give web_search and web_search_preview: the tool is echoed in every
+    # Response, so a field of the wrong shape would make the client's own types reject response.created.
+    _opt_bool(tool, "external_web_access", f"{param}.external_web_access")
+    _opt_enum(tool, "search_context_size", ("low", "medium", "high"), f"{param}.search_context_size")
+    filters = _opt_object(tool, "filters", f"{param}.filters")
+    if filters is not None:
+        domains = _opt_array(filters, "allowed_domains", f"{param}.filters.allowed_domains")
+        for j, domain in enumerate(domains or ()):
+            if not isinstance(domain, str):
+                raise _invalid_type(f"{param}.filters.allowed_domains[{j}]", "a string", domain)
+    types = _opt_array(tool, "search_content_types", f"{param}.search_content_types")
+    for j, value in enumerate(types or ()):
+        if value not in ("text", "image"):
+            raise _invalid_value(f"{param}.search_content_types[{j}]", value, ("text", "image"))
+    location = _opt_object(tool, "user_location", f"{param}.user_location")
+    if location is not None:
+        _opt_enum(location, "type", ("approximate",), f"{param}.user_location.type")
+        for key in ("city", "country", "region", "timezone"):
+            _opt_str(location, key, f"{param}.user_location.{key}")
 
 
 def _check_code_interpreter(tool: Mapping[str, Any], param: str) -> None:
@@ -524,9 +558,21 @@ def _check_reasoning(body: Mapping[str, Any]) -> None:
     _opt_enum(reasoning, "generate_summary", REASONING_SUMMARIES, "reasoning.generate_summary")
 
 
+def check_id(value: object, param: str) -> str:
+    """A client-supplied id: a string the store can hold (``ids.id_problem``); 400 naming ``param`` otherwise."""
+    problem = id_problem(value)
+    if problem is None:
+        return value  # type: ignore[return-value]
+    if not isinstance(value, str):
+        raise _invalid_type(param, "a string", value)
+    raise APIError(f"Invalid '{param}': {problem}.", param=param, code="invalid_value")
+
+
 def _check_later_features(body: Mapping[str, Any]) -> None:
     """State parameters (whether the ids exist is checked against the store, in resolve.py); ``prompt``."""
     previous = _opt_str(body, "previous_response_id")
+    if previous is not None:
+        check_id(previous, "previous_response_id")
     store = _opt_bool(body, "store")
     if _opt_bool(body, "background") and store is False:
         raise APIError(
@@ -541,10 +587,11 @@ def _check_later_features(body: Mapping[str, Any]) -> None:
             conversation = conversation.get("id")
             if conversation is None:
                 raise _missing("conversation.id")
-            if not isinstance(conversation, str):
-                raise _invalid_type("conversation.id", "a string", conversation)
+            check_id(conversation, "conversation.id")
         elif not isinstance(conversation, str):
             raise _invalid_type("conversation", "a string or an object", conversation)
+        else:
+            check_id(conversation, "conversation")
         if previous is not None:
             raise APIError(
                 "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or "
@@ -559,15 +606,67 @@ def _check_later_features(body: Mapping[str, Any]) -> None:
         )
 
 
+def check_items(items: Sequence[Any], param: str) -> None:
+    """Input items as far as the server relies on them before rendering (what an item means is render's
+    business): objects, ``type`` a string, ids the store can hold, references with an id, MCP listings
+    whose tools have names."""
+    for i, item in enumerate(items):
+        at = f"{param}[{i}]"
+        if not isinstance(item, dict):
+            raise _invalid_type(at, "an object", item)
+        kind = item.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise _invalid_type(f"{at}.type", "a string", kind)
+        if kind == "item_reference" and item.get("id") is None:
+            raise _missing(f"{at}.id")
+        if item.get("id") is not None:
+            check_id(item["id"], f"{at}.id")
+        if kind == "mcp_list_tools":
+            tools = _opt_array(item, "tools", f"{at}.tools")
+            for j, tool in enumerate(tools or ()):
+                if not isinstance(tool, dict):
+                    raise _invalid_type(f"{at}.tools[{j}]", "an object", tool)
+                name = tool.get("name")
+                if name is None:
+                    raise _missing(f"{at}.tools[{j}].name")
+                if not isinstance(name, str):
+                    raise _invalid_type(f"{at}.tools[{j}].name", "a string", name)
+
+
 def _check_input(body: Mapping[str, Any]) -> None:
     value = body.get("input")
     if value is None or isinstance(value, str):
         return
     if not isinstance(value, list):
         raise _invalid_type("input", "a string or an array of input items", value)
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise _invalid_type(f"input[{i}]", "an object", item)
+    if len(value) > MAX_INPUT_ITEMS:
+        raise APIError(
+            f"Invalid 'input': array too long. Expected an array with maximum length {MAX_INPUT_ITEMS}, but got "
+            f"an array with length {len(value)} instead.",
+            param="input",
+            code="array_above_max_length",
+        )
+    check_items(value, "input")
+
+
+def conversation_items(body: Mapping[str, Any], *, required: bool) -> list[Any]:
+    """``items`` of a Conversations API body (at most ``MAX_CONVERSATION_ITEMS`` per request)."""
+    raw = body.get("items")
+    if raw is None:
+        if required:
+            raise _missing("items")
+        return []
+    if not isinstance(raw, list):
+        raise _invalid_type("items", "an array of items", raw)
+    if len(raw) > MAX_CONVERSATION_ITEMS:
+        raise APIError(
+            f"Invalid 'items': array too long. Expected an array with maximum length {MAX_CONVERSATION_ITEMS}, "
+            f"but got an array with length {len(raw)} instead.",
+            param="items",
+            code="array_above_max_length",
+        )
+    check_items(raw, "items")
+    return raw
 
 
 def _check_instructions(body: Mapping[str, Any]) -> None:

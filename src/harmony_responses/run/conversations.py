@@ -16,7 +16,7 @@ from ..errors import not_found
 from ..ids import random_id
 from ..request import History, resolve_items
 from ..store import AppendItems, ConversationRecord, CreateConversation, Store
-from .stored import StoredResponses, page
+from .stored import StoredResponses, known_id, page
 
 __all__ = ["Conversations", "conversation_object"]
 
@@ -41,6 +41,7 @@ class Conversations:
         return self._stored.store
 
     async def get(self, conversation_id: str, owner: str) -> ConversationRecord:
+        known_id("Conversation", conversation_id)
         record = await self.store.get_conversation(conversation_id, owner)
         if record is None:
             raise not_found("Conversation", conversation_id)
@@ -61,6 +62,7 @@ class Conversations:
         return updated
 
     async def delete(self, conversation_id: str, owner: str) -> None:
+        known_id("Conversation", conversation_id)
         if not await self.store.delete_conversation(conversation_id, owner):
             raise not_found("Conversation", conversation_id)
 
@@ -88,6 +90,7 @@ class Conversations:
 
     async def item(self, conversation_id: str, owner: str, item_id: str) -> dict[str, Any]:
         record = await self.get(conversation_id, owner)
+        known_id("Item", item_id)
         item = await self.store.get_item(record.id, "conversation", item_id)
         if item is None:
             raise not_found("Item", item_id)
@@ -95,6 +98,7 @@ class Conversations:
 
     async def delete_item(self, conversation_id: str, owner: str, item_id: str) -> ConversationRecord:
         record = await self.get(conversation_id, owner)
+        known_id("Item", item_id)
         if not await self.store.delete_item(record.id, "conversation", item_id):
             raise not_found("Item", item_id)
         return record

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import orjson
 
 from ..errors import APIError, not_found
-from ..ids import random_id
+from ..ids import id_problem, random_id
 from ..request import ResponseRequest
 from ..store import (
     ACTIVE_STATUSES,
@@ -57,7 +57,7 @@ from .live import TERMINAL_EVENTS, LiveResponse, StoredRun, produce, sse_frames
 from .loop import ResponseRun
 from .recovery import CRASH_MESSAGE, closing_events
 
-__all__ = ["Background", "StoredResponses"]
+__all__ = ["Background", "StoredResponses", "known_id", "page"]
 
 logger = logging.getLogger("harmony_responses.run")
 
@@ -264,6 +264,7 @@ class StoredResponses:
 
     async def retrieve(self, response_id: str, owner: str) -> dict[str, Any]:
         """The Response as it stands (the running state for a response in progress)."""
+        known_id("Response", response_id)
         live = self.live_for(response_id, owner)
         if live is not None and live.response is not None:
             return live.response
@@ -278,6 +279,7 @@ class StoredResponses:
         Raises:
             APIError: 404 for a response that does not exist (or is not the caller's).
         """
+        known_id("Response", response_id)
         live = self.live_for(response_id, owner)
         if live is not None:
             return framed(live.follow(after))
@@ -293,6 +295,7 @@ class StoredResponses:
         Raises:
             APIError: 404 for an unknown response, 400 for an ``after`` that is not in the list.
         """
+        known_id("Response", response_id)
         if self.live_for(response_id, owner) is None and await self.store.get_response(response_id, owner) is None:
             raise not_found("Response", response_id)
         return await page(self.store, response_id, "input", after=after, limit=limit, order=order)
@@ -331,6 +334,7 @@ class StoredResponses:
             await asyncio.sleep(FOLLOW_POLL_INTERVAL)
 
     async def delete(self, response_id: str, owner: str) -> None:
+        known_id("Response", response_id)
         live = self.live_for(response_id, owner)
         if live is not None:
             await live.stop("cancel")  # deleting a running response stops it first
@@ -339,6 +343,7 @@ class StoredResponses:
 
     async def cancel(self, response_id: str, owner: str) -> dict[str, Any]:
         """Cancel a background response (idempotent); returns the Response as it ends up."""
+        known_id("Response", response_id)
         live = self.live_for(response_id, owner)
         if live is not None:
             if not live.background:
@@ -480,6 +485,13 @@ class StoredResponses:
         return True
 
 
+def known_id(kind: str, object_id: str) -> None:
+    """An id no stored object can have (NUL, too long: ``ids.id_problem``) is not found, before the store is asked
+    (PostgreSQL would raise on NUL)."""
+    if id_problem(object_id) is not None:
+        raise not_found(kind, object_id)
+
+
 async def page(
     store: Store, parent: str, kind: ItemKind, *, after: str | None, limit: int, order: Literal["asc", "desc"]
 ) -> tuple[list[dict[str, Any]], bool]:
@@ -488,7 +500,9 @@ async def page(
     Raises:
         APIError: 400 for an ``after`` that is not in the list.
     """
-    found = await store.list_items(parent, kind, after=after, limit=limit, order=order)
+    found = None
+    if after is None or id_problem(after) is None:
+        found = await store.list_items(parent, kind, after=after, limit=limit, order=order)
     if found is None:
         raise APIError(f"Invalid 'after': no item with id '{after}' in this list.", param="after", code="invalid_value")
     return found.items, found.has_more
