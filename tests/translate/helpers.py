@@ -47,7 +47,11 @@ class Clock:
 
 
 def make_translator(
-    tools: Iterable[dict[str, Any]] | None = None, *, logprobs: bool = False, response: dict | None = None
+    tools: Iterable[dict[str, Any]] | None = None,
+    *,
+    logprobs: bool = False,
+    response: dict | None = None,
+    summaries: bool = False,
 ) -> Translator:
     return Translator(
         vocab=VOCAB,
@@ -56,6 +60,7 @@ def make_translator(
         response=response,
         recipients=RecipientMap.from_tools(tools) if tools is not None else None,
         logprobs=logprobs,
+        summaries=summaries,
     )
 
 

@@ -67,6 +67,10 @@ _CODES = {
     "response.output_text.annotation.added": "a",
     "response.reasoning_text.delta": "r",
     "response.reasoning_text.done": "R",
+    "response.reasoning_summary_part.added": "Q",
+    "response.reasoning_summary_text.delta": "u",
+    "response.reasoning_summary_text.done": "U",
+    "response.reasoning_summary_part.done": "q",
     "response.function_call_arguments.delta": "f",
     "response.function_call_arguments.done": "F",
     "response.code_interpreter_call.in_progress": "I",
@@ -91,8 +95,10 @@ _CODES = {
 _GRAMMAR = {
     ("message", "completed"): "AP(t|ta+)*TpZ",
     ("message", "incomplete"): "AP(t|ta+)*TpZ",
-    ("reasoning", "completed"): "APr*RpZ",
-    ("reasoning", "incomplete"): "APr*RpZ",
+    # Without summaries the reasoning_text part streams; with them (reasoning.summary) the text streams as the
+    # one summary part, then the reasoning_text part follows whole (at most one delta).
+    ("reasoning", "completed"): "A(Pr*|(Qu*Uq)?Pr?)RpZ",
+    ("reasoning", "incomplete"): "A(Pr*|(Qu*Uq)?Pr?)RpZ",
     ("function_call", "completed"): "Af*FZ",
     ("function_call", "incomplete"): "Af*FZ",
     ("code_interpreter_call", "completed"): "AIc*CNKZ",
@@ -303,6 +309,8 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
     codes = "".join(_CODES[event["type"]] for event in trace)
     assert re.fullmatch(grammar, codes), f"{kind} ({status}) event sequence {codes!r} does not match {grammar!r}"
 
+    summary = [event for event in trace if event["type"].startswith("response.reasoning_summary")]
+    trace = [event for event in trace if not event["type"].startswith("response.reasoning_summary")]
     deltas = "".join(event["delta"] for event in trace if event["type"].endswith(".delta"))
     dones = [event for event in trace if event["type"].endswith(("_text.done", "_arguments.done", "_code.done"))]
     if kind in ("message", "reasoning"):
@@ -321,7 +329,8 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
             for lp in delta_lps:
                 assert set(lp) == {"token", "bytes", "logprob", "top_logprobs"}, lp
         else:
-            assert part_done["part"]["type"] == "reasoning_text" and item["summary"] == []
+            assert part_done["part"]["type"] == "reasoning_text"
+            _check_summary(summary, item, deltas)
     elif kind == "function_call":
         (args_done,) = dones
         assert args_done["arguments"] == deltas == item["arguments"], "function arguments disagree"
@@ -347,6 +356,22 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
             assert isinstance(tool["name"], str) and isinstance(tool["input_schema"], dict), tool
     elif kind == "mcp_approval_request":
         assert item == added, "an approval request's done item differs from its added item"
+
+
+def _check_summary(events: list[dict[str, Any]], item: dict[str, Any], text: str) -> None:
+    """A summarised reasoning item: one summary part (index 0) whose deltas add up to it, the reasoning's text."""
+    if not events:
+        assert item["summary"] == [], "a summary without summary events"
+        return
+    added, *deltas, text_done, part_done = events
+    assert {e["summary_index"] for e in events} == {0}, "summary_index is not 0 for the one summary part"
+    assert added["part"] == {"type": "summary_text", "text": ""}
+    summary = "".join(e["delta"] for e in deltas)
+    assert summary and text_done["text"] == summary == part_done["part"]["text"], "summary deltas do not add up"
+    assert item["summary"] == [{"type": "summary_text", "text": summary}], "done item summary differs"
+    assert summary == text, "the summary is not the reasoning's own text"
+    assert part_done.get("status") == (None if item["status"] == "completed" else "incomplete")
+    assert all(e["item_id"] == item["id"] for e in events)
 
 
 def _check_annotations(trace: list[dict[str, Any]], part: dict[str, Any]) -> None:

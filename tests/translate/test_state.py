@@ -22,7 +22,7 @@ S, T, A = State, TokenClass, Action
 SPECIFICATION = {
     # Reading a header: text and header tokens accumulate; <|message|> opens the item.
     (S.HEADER, T.TEXT): (A.HEADER_ADD, S.HEADER),
-    (S.HEADER, T.CHANNEL): (A.HEADER_ADD, S.HEADER),
+    (S.HEADER, T.CHANNEL): (A.HEADER_CHANNEL, S.HEADER),
     (S.HEADER, T.CONSTRAIN): (A.HEADER_ADD, S.HEADER),
     (S.HEADER, T.START): (A.HEADER_RESTART, S.HEADER),
     (S.HEADER, T.MESSAGE): (A.OPEN, S.CONTENT),
@@ -85,6 +85,7 @@ EFFECT = {
     A.HEADER_BEGIN_WITH: [],
     A.HEADER_RESTART: [],
     A.HEADER_END: [],
+    A.HEADER_CHANNEL: [],
     A.SKIP: [],
     A.OPEN: ["response.output_item.added", "response.content_part.added"],
     A.APPEND_TEXT: ["response.output_text.delta"],

@@ -924,7 +924,7 @@ def test_caller_misuse_raises_local_protocol_error() -> None:
 def test_tokens_after_a_model_failure_are_accepted_and_ignored() -> None:
     """The engine keeps streaming after the translator failed the response: the caller must not crash."""
     translator = make_translator()
-    translator.receive_tokens(tokens("<|channel|>final Hello there<|end|>"))
+    translator.receive_tokens(tokens("<|channel|>final Hello there<|return|>"))
     events = translator.events()
     assert translator.closed and translator.error is not None
     assert "inside its header: '<|channel|>final Hello there'" in translator.error.message

@@ -490,6 +490,83 @@ CORPUS = [
         [msg("ab")],
         note="a header without <|channel|> ended by a stop token has no words to lose",
     ),
+    # ------------------------------------------------------------------ seen in real gpt-oss-20b runs (llama.cpp)
+    Case(
+        "a header <|end|> closes before <|message|>, then valid messages: they are kept",
+        "<|channel|>commentary Should I check the weather?<|end|>"
+        "<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>"
+        '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}'
+        "<|call|>",
+        "stop",
+        "completed",
+        [rs("Need the weather."), fc("get_weather", '{"city":"Paris"}')],
+        note="only the header's stray words are lost",
+    ),
+    Case(
+        "a header <|end|> closes before <|message|> after a message, and nothing follows",
+        "<|channel|>analysis<|message|>A<|end|><|start|>assistant<|channel|>final Hello there<|end|>",
+        "stop",
+        "failed",
+        [rs("A")],
+        error="'assistant<|channel|>final Hello there'",
+    ),
+    Case(
+        "chain of thought without a header, <|end|>, then the messages: it is reasoning, not an answer",
+        "The user asks for 2+2. Easy.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>",
+        "stop",
+        "completed",
+        [rs("The user asks for 2+2. Easy."), msg("4")],
+    ),
+    Case(
+        "headerless text, <|end|>, then a function call",
+        "We need the weather.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{}<|call|>",
+        "stop",
+        "completed",
+        [rs("We need the weather."), fc("get_weather", "{}")],
+    ),
+    Case(
+        "headerless text, <|end|>, then another headerless text that ends the output: only the last is the answer",
+        "Thinking first.<|end|>The answer.<|end|>",
+        "stop",
+        "completed",
+        [rs("Thinking first."), msg("The answer.")],
+    ),
+    Case(
+        "headerless text, <|end|>, then <|return|>: the output ends with it, it is the answer",
+        "Just this.<|end|><|return|>",
+        "stop",
+        "completed",
+        [msg("Just this.")],
+    ),
+    Case(
+        "headerless text, <|end|>, then a length cut: the output ends with it",
+        "Just this.<|end|>",
+        "length",
+        "incomplete",
+        [msg("Just this.")],
+    ),
+    Case(
+        "headerless text, then <|start|>: the model went on past it",
+        "Let me see.<|start|>assistant<|channel|>final<|message|>Yes<|return|>",
+        "stop",
+        "completed",
+        [rs("Let me see."), msg("Yes")],
+    ),
+    Case(
+        "several words, then <|channel|>: text, not a role",
+        "Let me think about it<|channel|>final<|message|>Hi<|return|>",
+        "stop",
+        "completed",
+        [rs("Let me think about it"), msg("Hi")],
+    ),
+    Case(
+        "long chain of thought without a header (past the header limit), <|end|>, then the answer",
+        "word " * (MAX_HEADER_TOKENS + 40) + "<|end|><|start|>assistant<|channel|>final<|message|>Done<|return|>",
+        "stop",
+        "completed",
+        [rs("word " * (MAX_HEADER_TOKENS + 40)), msg("Done")],
+    ),
 ]
 
 

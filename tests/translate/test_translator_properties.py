@@ -48,6 +48,7 @@ class Script:
     finish: str
     results: tuple[ToolResult, ...]
     logprobs: bool = False  # ask for logprobs (each token gets a made-up one)
+    summaries: bool = False  # reasoning.summary asked for: reasoning streams as its summary
 
 
 def _logprob(token: int) -> TokenLogprob:
@@ -79,7 +80,7 @@ def _drain(translator: Translator, drain: str, out: list[dict[str, Any]]) -> Non
 
 def run_script(script: Script, sizes: list[int], drain: str = "events") -> list[dict[str, Any]]:
     """Play a script through a translator, ``sizes`` tokens at a time (cycled); return all its events."""
-    translator = make_translator(ALL_TOOLS, logprobs=script.logprobs)
+    translator = make_translator(ALL_TOOLS, logprobs=script.logprobs, summaries=script.summaries)
     chunks = itertools.cycle(sizes)
     events: list[dict[str, Any]] = []
     _drain(translator, drain, events)
@@ -209,7 +210,8 @@ def valid_scripts(draw: st.DrawFn) -> tuple[Script, list[list[Piece]]]:
     rounds = draw(st.integers(1, 3))
     calls = [draw(engine_call(builtin_last=i < rounds - 1)) for i in range(rounds)]
     results = tuple(ToolResult(fails=draw(st.booleans()), continue_after=True) for _ in range(rounds - 1))
-    script = Script(tuple(tuple(tokens(render(call))) for call in calls), "stop", results, draw(st.booleans()))
+    ids = tuple(tuple(tokens(render(call))) for call in calls)
+    script = Script(ids, "stop", results, draw(st.booleans()), draw(st.booleans()))
     return script, calls
 
 
@@ -245,6 +247,10 @@ def test_valid_completions(generated: tuple[Script, list[list[Piece]]], sizes: l
     assert last["type"] == "response.completed"
     assert [summarise(item) for item in last["response"]["output"]] == expected_summary(calls)
     assert last["response"]["usage"]["output_tokens"] == sum(len(ids) for ids in script.calls)
+    summaries = [item["summary"] for item in last["response"]["output"] if item["type"] == "reasoning"]
+    texts = [item["content"][0]["text"] for item in last["response"]["output"] if item["type"] == "reasoning"]
+    expected = [[{"type": "summary_text", "text": t}] if script.summaries and t else [] for t in texts]
+    assert summaries == expected, "a reasoning item's summary is not its text (asked for) or not empty"
 
 
 @SETTINGS
@@ -256,7 +262,7 @@ def test_valid_completions_cut_short(
     script, calls = generated
     last = script.calls[-1]
     cut = data.draw(st.integers(0, len(last)), label="cut")
-    script = Script((*script.calls[:-1], last[:cut]), finish, script.results, script.logprobs)
+    script = Script((*script.calls[:-1], last[:cut]), finish, script.results, script.logprobs, script.summaries)
     events = assert_chunking_invariant(script, sizes)
     check_stream(events)
     terminal = events[-1]
@@ -306,6 +312,7 @@ malformed_scripts = st.builds(
     st.lists(malformed_call, min_size=1, max_size=3).map(tuple),
     st.sampled_from(["stop", "length", "error"]),
     tool_results,
+    st.booleans(),
     st.booleans(),
 )
 

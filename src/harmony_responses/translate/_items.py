@@ -18,7 +18,16 @@ import orjson
 from ._citations import CitationFilter
 from ._recipients import ItemKind, Target
 
-__all__ = ["SHAPES", "Item", "ItemShape", "added_item", "delta_template", "text_part", "web_search_action"]
+__all__ = [
+    "SHAPES",
+    "Item",
+    "ItemShape",
+    "added_item",
+    "delta_template",
+    "summary_delta_template",
+    "text_part",
+    "web_search_action",
+]
 
 Event = dict[str, Any]
 
@@ -150,6 +159,7 @@ class Item:
         "logprobs",
         "parts",
         "pending_lp",
+        "summary_open",
         "target",
     )
 
@@ -167,6 +177,9 @@ class Item:
         self.pending_lp: list[dict[str, Any]] = []  # logprobs of tokens not yet in a delta
         self.call_made = False  # a built-in call has been sent (code.done / searching emitted)
         self.cites: CitationFilter | None = None  # a message's browser citations, when a resolver is given
+        # A reasoning item streamed as its summary: False until the summary part opens, True after; None when
+        # summaries were not asked for.
+        self.summary_open: bool | None = None
 
     @property
     def id(self) -> str:
@@ -187,6 +200,18 @@ def delta_template(shape: ItemShape, item_id: str, index: int) -> Event:
     if shape.delta_event == "response.output_text.delta":
         event["logprobs"] = []
     return event
+
+
+def summary_delta_template(item_id: str, index: int) -> Event:
+    """A reasoning item's ``reasoning_summary_text.delta`` shape (one summary part, ``summary_index`` 0)."""
+    return {
+        "type": "response.reasoning_summary_text.delta",
+        "sequence_number": 0,
+        "item_id": item_id,
+        "output_index": index,
+        "summary_index": 0,
+        "delta": "",
+    }
 
 
 def web_search_action(target: Target | None, arguments: str | None) -> dict[str, Any]:

@@ -22,6 +22,14 @@ Malformed output (harmony.md §9) has rows of its own rather than exceptions: a 
 ``<|channel|>`` after a finished message starts a header as if ``<|start|>assistant`` came first, stray
 ``<|message|>``/``<|constrain|>``/reserved tokens inside content are skipped so the text around them stays in
 the current item, and tokens after a stop token are ignored (the engine should have stopped).
+
+Two rules come from what real gpt-oss runs wrote. Text written where a header should be (no special token)
+is the answer only when the output ends with it; when the model goes on past it (``<|start|>``, a
+``<|channel|>`` after several words, or ``<|end|>`` followed by anything but a stop token) it was thinking,
+and becomes reasoning: ``HEADER_END`` holds it until the next token says which (each ``BETWEEN`` row
+other than ``SKIP`` releases it as reasoning; a stop token or the end releases it as the answer). A
+header with a channel that ``<|end|>`` closes before ``<|message|>``, its words lost, is dropped when
+messages follow it; the output ending right after it still fails the response.
 """
 
 from __future__ import annotations
@@ -61,7 +69,8 @@ class Action(enum.Enum):
     HEADER_BEGIN = "begin a new header"
     HEADER_BEGIN_WITH = "begin a new header that starts with this token"
     HEADER_RESTART = "drop the header so far and begin again"
-    HEADER_END = "header ended by a terminator: flush headerless text, no item"
+    HEADER_END = "header ended by a terminator: hold or flush headerless text, no item"
+    HEADER_CHANNEL = "add <|channel|> to the header; several words before it are reasoning, not a role"
     OPEN = "parse the header and open its item"
     CLOSE = "close the open item"
     CLOSE_THEN_HEADER = "close the open item and begin a new header"
@@ -92,7 +101,7 @@ S, T, A = State, TokenClass, Action
 # further token of this engine call is ignored. READY and CLOSED accept no tokens (the caller's error).
 TRANSITIONS: dict[tuple[State, TokenClass], tuple[Action, State]] = {
     (S.HEADER, T.TEXT): (A.HEADER_ADD, S.HEADER),
-    (S.HEADER, T.CHANNEL): (A.HEADER_ADD, S.HEADER),
+    (S.HEADER, T.CHANNEL): (A.HEADER_CHANNEL, S.HEADER),
     (S.HEADER, T.CONSTRAIN): (A.HEADER_ADD, S.HEADER),
     (S.HEADER, T.START): (A.HEADER_RESTART, S.HEADER),
     (S.HEADER, T.MESSAGE): (A.OPEN, S.CONTENT),
@@ -111,6 +120,8 @@ TRANSITIONS: dict[tuple[State, TokenClass], tuple[Action, State]] = {
     (S.CONTENT, T.CALL): (A.CLOSE, S.STOPPED),
     (S.CONTENT, T.RETURN): (A.CLOSE, S.STOPPED),
     (S.CONTENT, T.OTHER): (A.SKIP, S.CONTENT),
+    # Headerless text held at <|end|> is released as reasoning by every BETWEEN row that is not SKIP (the
+    # model goes on), and as the answer when the output ends (a stop token, the end of the engine call).
     (S.BETWEEN, T.START): (A.HEADER_BEGIN, S.HEADER),
     (S.BETWEEN, T.CHANNEL): (A.HEADER_BEGIN_WITH, S.HEADER),
     (S.BETWEEN, T.CONSTRAIN): (A.HEADER_BEGIN_WITH, S.HEADER),

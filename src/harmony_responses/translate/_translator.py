@@ -28,7 +28,7 @@ from ._citations import CitationFilter, CitationResolver
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._header import CHANNEL, CONSTRAIN, normalise_channel, parse_header
-from ._items import SHAPES, added_item, delta_template, text_part, web_search_action
+from ._items import SHAPES, added_item, delta_template, summary_delta_template, text_part, web_search_action
 from ._items import Item as _Item
 from ._recipients import ItemKind, RecipientMap, Target
 from ._response import response_skeleton, usage_object
@@ -42,6 +42,11 @@ Event = dict[str, Any]
 # MCP tool name may take a few dozen. Past this many tokens without <|message|> the model is not writing a
 # header: text without <|channel|> is treated as a message's content, anything else fails the response.
 MAX_HEADER_TOKENS = 128
+# Text without any header is held, not streamed, until the model shows whether it is the answer (the output
+# ends with it) or thinking it went on past (see _state.py). Real runs wrote a few hundred tokens of chain of
+# thought so; past this many the text is streamed as the answer, so that a model that never writes headers
+# still streams (its first tokens arrive late, not never).
+MAX_HEADERLESS_TOKENS = 2048
 _CHANNEL_TOKEN = 200005
 _OTHER_ROLES = frozenset({"user", "system", "developer"})
 
@@ -89,6 +94,10 @@ class Translator:
         citations: resolves a browser cursor to the ``(url, title)`` of the page it showed (None: not
             citable), when the browser tool is declared. Message text then has its ``【cursor†L…】`` citations
             replaced and announced as ``url_citation`` annotations (``_citations.py``).
+        summaries: the request asked for reasoning summaries (``reasoning.summary``). gpt-oss writes none,
+            so each reasoning item's own text is its summary, streamed as it is written
+            (``reasoning_summary_part.added`` → ``reasoning_summary_text.delta``… → ``.done`` →
+            ``reasoning_summary_part.done``), and its ``reasoning_text`` part follows whole when it closes.
     """
 
     def __init__(
@@ -102,6 +111,7 @@ class Translator:
         recipients: RecipientMap | None = None,
         logprobs: bool = False,
         citations: CitationResolver | None = None,
+        summaries: bool = False,
     ) -> None:
         self._vocab = vocab
         self._token_bytes = vocab.token_bytes
@@ -110,6 +120,7 @@ class Translator:
         self._recipients = recipients or RecipientMap()
         self._want_logprobs = logprobs
         self._citations = citations
+        self._summaries = summaries
         self._decoder = TokenDecoder(vocab)
         if response is None:
             response = response_skeleton(id=new_id("resp"), created_at=clock(), model="gpt-oss")
@@ -124,6 +135,9 @@ class Translator:
         self._item: _Item | None = None
         self._tool_call: ToolCall | None = None
         self._header: list[int] = []
+        self._held: list[int] | None = None  # headerless text ended by <|end|>: the answer, or thinking?
+        self._lost_header: str | None = None  # a header <|end|> closed, words lost: fails unless messages follow
+        self._long_headerless = False  # the header buffer is past MAX_HEADER_TOKENS of plain text
         self._pending: deque[tuple[int, TokenLogprob | None, bool]] = deque()
         self._pending_end: tuple[FinishReason, str | None] | None = None
         self._counting = True
@@ -378,12 +392,15 @@ class Translator:
         if self.state is State.CLOSED:
             return False
         self._queued = False
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._flush_headerless("completed", held)
         item = self._item
         if item is not None:
             self._close(item, "incomplete")
             self._tool_call = None
-        elif self.state is State.HEADER and self._headerless_text() is not None:
-            self._flush_headerless("incomplete")
+        elif self.state is State.HEADER and self._headerless_text(self._header) is not None:
+            self._flush_headerless("incomplete", self._header)
         return True
 
     # ------------------------------------------------------------------ token processing
@@ -411,6 +428,10 @@ class Translator:
         if state is State.CLOSED:
             return  # the response already failed on bad model output; the engine's tail is dropped
         action, next_state = TRANSITIONS[(state, classify(token))]
+        if self._held is not None and action is not Action.SKIP:
+            # Headerless text held at <|end|> (only ever in BETWEEN): the model goes on, so it was thinking.
+            held, self._held = self._held, None
+            self._flush_headerless("completed", held, answer=False)
         if action is Action.SKIP:
             if item is not None and item.kind is ItemKind.REASONING and generated:
                 self.reasoning_tokens += 1
@@ -419,9 +440,21 @@ class Translator:
             self._header.append(token)
             self.state = next_state
             if len(self._header) > MAX_HEADER_TOKENS:
-                self._header_overflow()
+                self._header_overflow(token)
+        elif action is Action.HEADER_CHANNEL:
+            if self._is_text_not_role():
+                # "Let me think<|channel|>…": a role is one word; several words are text the model went on past.
+                header, self._header = self._header, []
+                self._flush_headerless("completed", header, answer=False)
+            self._header.append(token)
+            self.state = next_state
+            if len(self._header) > MAX_HEADER_TOKENS:
+                self._header_overflow(token)
         elif action is Action.OPEN:
-            self._open()
+            if self._long_headerless and len(self._header) > MAX_HEADER_TOKENS:
+                self._stream_headerless()  # <|message|> inside long plain text: skipped, as inside content
+            else:
+                self._open()
         elif action is Action.APPEND_TEXT:  # pragma: no cover - taken by the fast path above
             assert item is not None
             self._append_text(item, token, lp)
@@ -457,17 +490,25 @@ class Translator:
             self._header = [token]
             self.state = next_state
         elif action is Action.HEADER_RESTART:
-            self._flush_headerless("completed")
+            self._flush_headerless("completed", self._header, answer=False)  # text the model went on past
             self._header = []
             self.state = next_state
         elif action is Action.HEADER_END:
             if _CHANNEL_TOKEN in self._header and self._header_would_lose_words():
                 # A terminator inside a header that has words after its channel (``<|channel|>final Hello
-                # there<|end|>``, harmony.md §9.2): the model forgot <|message|>, and ending quietly would drop
-                # its words. Fail naming the header, as _end does when the output ends inside a header.
-                self._model_error(f"the model ended a message inside its header: {self._header_text()!r}")
-                return
-            self._flush_headerless("completed")
+                # there<|end|>``, ``<|channel|>commentary ...?<|end|>``, harmony.md §9.2): the model forgot
+                # <|message|>. A stop token ends the output there, and ending quietly would drop its words: fail
+                # naming the header, as _end does when the output ends inside a header. After <|end|> the model
+                # goes on: the header is dropped (only its stray words are lost) and what follows is kept, unless
+                # nothing does (_end fails then).
+                if next_state is State.STOPPED:
+                    self._model_error(f"the model ended a message inside its header: {self._header_text()!r}")
+                    return
+                self._lost_header = self._header_text()
+            elif next_state is State.BETWEEN and self._headerless_text(self._header) is not None:
+                self._held = self._header  # the answer if the output ends here, thinking if it goes on
+            else:
+                self._flush_headerless("completed", self._header)
             self._header = []
             self.state = next_state
         else:  # pragma: no cover - the table has no other actions
@@ -522,6 +563,9 @@ class Translator:
         template = item.delta
         if template is None:
             return
+        if item.summary_open is False:
+            item.summary_open = True
+            self._emit_summary_part("response.reasoning_summary_part.added", item, "")
         event = template.copy()
         event["sequence_number"] = self._seq
         event["delta"] = text
@@ -531,15 +575,15 @@ class Translator:
         self._seq += 1
         self._events.append(event)
 
-    def _header_text(self) -> str:
-        data = b"".join(self._token_bytes[t] for t in self._header)
+    def _header_text(self, tokens: list[int] | None = None) -> str:
+        data = b"".join(self._token_bytes[t] for t in (self._header if tokens is None else tokens))
         return data.decode("utf-8", errors="replace")
 
-    def _headerless_text(self) -> str | None:
-        """The header buffer's text when it is not a header at all but text the model wrote without one."""
-        if any(t >= FIRST_SPECIAL for t in self._header):
+    def _headerless_text(self, tokens: list[int]) -> str | None:
+        """The text of header tokens that are not a header at all but text the model wrote without one."""
+        if any(t >= FIRST_SPECIAL for t in tokens):
             return None
-        text = self._header_text()
+        text = self._header_text(tokens)
         stripped = text.strip()
         if stripped.startswith("assistant") and stripped[len("assistant") : len("assistant") + 1] in ("", " ", "\n"):
             # "<|start|>assistant Hello" without a channel: the role word is the header, the rest is text.
@@ -555,30 +599,54 @@ class Translator:
         words = [w for w in after_channel.replace(CONSTRAIN, " ").split() if not w.startswith("to=")]
         return len(words) > 1 + (CONSTRAIN in after_channel)
 
-    def _flush_headerless(self, status: str) -> None:
-        text = self._headerless_text()
+    def _is_text_not_role(self) -> bool:
+        """The header so far is plain text of several words (or very long), which no role is."""
+        if len(self._header) > MAX_HEADER_TOKENS:
+            return self._long_headerless
+        text = self._headerless_text(self._header)
+        if text is None:
+            return False
+        return len([word for word in text.split() if not word.startswith("to=")]) > 1
+
+    def _flush_headerless(self, status: str, tokens: list[int], *, answer: bool = True) -> None:
+        """Headerless text as an item of its own: the answer (the output ended with it) or reasoning."""
+        text = self._headerless_text(tokens)
         if text is None:
             return
-        item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+        if answer:
+            item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+        else:
+            item = self._open_item(ItemKind.REASONING, None)
+            self.reasoning_tokens += len(tokens)
         self._push_text(item, text)
         self._close(item, status)
 
-    def _header_overflow(self) -> None:
-        if self._headerless_text() is not None:
-            # Long text without any header: the model skipped the header; its text is a message.
-            header, self._header = self._header, []
-            item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
-            # Decode through the item's incremental decoder, not _header_text(): the last header token may end
-            # inside a multi-byte character that the next content token completes (it became U+FFFD before).
-            text = "".join(self._decoder.decode(token) for token in header)
-            if text:
-                self._push_text(item, text)
-            self.state = State.CONTENT
+    def _header_overflow(self, token: int) -> None:
+        header = self._header
+        if len(header) == MAX_HEADER_TOKENS + 1:
+            self._long_headerless = self._headerless_text(header) is not None
+        elif self._long_headerless and token >= FIRST_SPECIAL:
+            header.pop()  # a stray <|constrain|> inside long plain text: skipped, as inside content
             return
-        self._model_error(
-            f"the model wrote a message header of more than {MAX_HEADER_TOKENS} tokens without "
-            f"<|message|>: {self._header_text()[:200]!r}"
-        )
+        if not self._long_headerless:
+            self._model_error(
+                f"the model wrote a message header of more than {MAX_HEADER_TOKENS} tokens without "
+                f"<|message|>: {self._header_text()[:200]!r}"
+            )
+        elif len(header) > MAX_HEADERLESS_TOKENS:
+            self._stream_headerless()
+
+    def _stream_headerless(self) -> None:
+        """Long text without any header: the model skipped the header; its text is streamed as the answer."""
+        header, self._header = self._header, []
+        self._long_headerless = False
+        item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+        # Decode through the item's incremental decoder, not _header_text(): the last header token may end
+        # inside a multi-byte character that the next content token completes (it became U+FFFD before).
+        text = "".join(self._decoder.decode(token) for token in header)
+        if text:
+            self._push_text(item, text)
+        self.state = State.CONTENT
 
     # ------------------------------------------------------------------ items
 
@@ -618,6 +686,7 @@ class Translator:
         approval_request_id: str | None = None,
     ) -> _Item:
         self._decoder.flush()
+        self._lost_header = None  # a message follows a header that lost its words: that header is just dropped
         added = added_item(
             kind,
             target,
@@ -628,13 +697,19 @@ class Translator:
         )
         item = _Item(kind, len(self._output), added, target, channel)
         shape = SHAPES[kind]
+        summarised = kind is ItemKind.REASONING and self._summaries
         if shape.announced_at_open:
             self._emit({"type": "response.output_item.added", "output_index": item.index, "item": added})
-            if shape.opening_part is not None:
+            if shape.opening_part is not None and not summarised:
                 self._emit_part("response.content_part.added", item, shape.opening_part())
             if shape.in_progress_event is not None:
                 self._emit_item_event(shape.in_progress_event, item)
-        if shape.delta_event is not None:
+        if summarised:
+            # The text streams as the summary; the summary part opens with the first text (an empty reasoning
+            # message has no summary, as the API sends none), the reasoning_text part follows at the close.
+            item.delta = summary_delta_template(item.id, item.index)
+            item.summary_open = False
+        elif shape.delta_event is not None:
             item.delta = delta_template(shape, item.id, item.index)
         if kind is ItemKind.MESSAGE:
             if self._want_logprobs:
@@ -678,6 +753,8 @@ class Translator:
             self._emit_part("response.content_part.done", item, part)
             done["content"] = [part]
         elif kind is ItemKind.REASONING:
+            if item.summary_open is not None:
+                self._close_summary(item, text, status, done)
             self._emit(
                 {
                     "type": "response.reasoning_text.done",
@@ -781,6 +858,9 @@ class Translator:
         state = self.state
         if state is State.CLOSED:
             return
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._flush_headerless("completed", held)  # the output ended with it: the answer
         item = self._item
         if state is State.AWAIT_TOOL and reason == "stop":
             return  # the engine stopped on the call: the caller runs the tool next
@@ -791,18 +871,22 @@ class Translator:
                     return
                 self._close(item, "completed")
             elif state is State.HEADER:
-                if self._headerless_text() is not None:
-                    self._flush_headerless("completed")
+                if self._headerless_text(self._header) is not None:
+                    self._flush_headerless("completed", self._header)
                 elif self._header and CHANNEL in self._header_text():
                     self._model_error(f"the model's output ended inside a message header: {self._header_text()!r}")
                     return
+            if self._lost_header is not None:
+                # A header ended by <|end|> with its words lost, and no message after it (see HEADER_END).
+                self._model_error(f"the model ended a message inside its header: {self._lost_header!r}")
+                return
             self._terminal("completed")
             return
         # length or error: whatever is open is cut short.
         if item is not None:
             self._close(item, "incomplete")
-        elif state is State.HEADER and self._headerless_text() is not None:
-            self._flush_headerless("incomplete")
+        elif state is State.HEADER and self._headerless_text(self._header) is not None:
+            self._flush_headerless("incomplete", self._header)
         if reason == "error":
             self._fail(f"the engine failed: {message}" if message else "the engine failed mid-stream")
         elif state is State.STOPPED:
@@ -853,6 +937,30 @@ class Translator:
 
     def _emit_item_event(self, type_: str, item: _Item) -> None:
         self._emit({"type": type_, "item_id": item.id, "output_index": item.index})
+
+    def _emit_summary_part(self, type_: str, item: _Item, text: str, status: str = "completed") -> None:
+        event = {
+            "type": type_,
+            "item_id": item.id,
+            "output_index": item.index,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": text},
+        }
+        if status != "completed":
+            event["status"] = "incomplete"  # the type's one other value: generation was interrupted
+        self._emit(event)
+
+    def _close_summary(self, item: _Item, text: str, status: str, done: dict[str, Any]) -> None:
+        """End a summarised reasoning item's summary, then stream its reasoning_text part whole."""
+        if item.summary_open:
+            ref = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
+            self._emit({"type": "response.reasoning_summary_text.done", **ref, "text": text})
+            self._emit_summary_part("response.reasoning_summary_part.done", item, text, status)
+            done["summary"] = [{"type": "summary_text", "text": text}]
+        self._emit_part("response.content_part.added", item, {"type": "reasoning_text", "text": ""})
+        if text:
+            ref = {"item_id": item.id, "output_index": item.index, "content_index": 0}
+            self._emit({"type": "response.reasoning_text.delta", **ref, "delta": text})
 
     def _emit_part(self, type_: str, item: _Item, part: dict[str, Any]) -> None:
         self._emit({"type": type_, "item_id": item.id, "output_index": item.index, "content_index": 0, "part": part})
