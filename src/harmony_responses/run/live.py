@@ -49,6 +49,7 @@ LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.i
 # (bench/store_bench.py's setup, the two servers measured alternately), and 4,096 no more than 1,024.
 MAX_LEAD = 1024
 SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
+STORE_FAILED_MESSAGE = "The response could not be stored ({error}), so it was stopped."
 
 
 class LiveResponse:
@@ -94,6 +95,7 @@ class LiveResponse:
         self.closed = False  # nothing more will be published or become durable
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: str | None = None
+        self.write_error: Exception | None = None  # its writes failed while the store worked: none are kept
         self._changed = asyncio.Event()
         self._terminal_published = False
         self._taken = 0  # events the writer has pulled (take)
@@ -106,7 +108,7 @@ class LiveResponse:
     def insert(self, op: InsertResponse) -> None:
         """Write the response row (before any of its events)."""
         if self.persist:
-            self._writer.submit([op])
+            self._writer.submit([op], owner=self)
 
     def publish(self, events: list[Event]) -> None:
         """Append events; they become visible to senders once committed (the writer pulls them: ``take``)."""
@@ -150,6 +152,15 @@ class LiveResponse:
             self._terminal_taken = True
             ops.extend(self._terminal_ops())
         return ops, functools.partial(self._committed, count, terminal)
+
+    def write_failed(self, error: Exception) -> None:
+        """The writer could not store this response's data (a value the store cannot hold) while it stored
+        others': the response is stopped and fails, telling its client why, rather than running on unlogged."""
+        self.write_error = error
+        task = self.task
+        if task is not None and not task.done() and self.stop_reason is None and not self._terminal_published:
+            self.stop_reason = "store"
+            task.cancel()
 
     def _terminal_ops(self) -> list[Op]:
         assert self.response is not None
@@ -204,6 +215,8 @@ class LiveResponse:
             if end > position:
                 yield self.types[position:end], self.encoded[position:end]
                 position = end
+                if self.types[end - 1] in TERMINAL_EVENTS:
+                    return  # nothing follows the terminal event: the body ends here, whatever close() does
             elif self.closed:
                 return
 
@@ -267,11 +280,32 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                 translator.receive_end("error", f"internal server error: {type(exc).__name__}")
                 live.publish(translator.events())
     finally:
+        await _finish(live, run)
+
+
+async def _finish(live: LiveResponse, run: ResponseRun) -> None:
+    """Close the run, wait for the end to be durable, then close ``live``, whatever cancellation arrives meanwhile.
+
+    A cancel, DELETE or client disconnect landing while a response finishes (after its terminal event,
+    before ``close``) used to cancel this path half-way: the response never closed, so ``stop()`` (the
+    cancel or DELETE request), every stream following it and the server's shutdown waited forever.
+    """
+    finishing = asyncio.ensure_future(_close(live, run))
+    while not finishing.done():
+        # The canceller wants the producer over, and this is how it ends: finish, then return.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(finishing)
+    finishing.result()
+
+
+async def _close(live: LiveResponse, run: ResponseRun) -> None:
+    try:
+        await run.aclose()
+    finally:
         try:
-            await run.aclose()
-        finally:
             # Wait for the end to be durable before anyone is told the response is over.
             await live._writer.flush()
+        finally:
             live.close()
 
 
@@ -284,6 +318,8 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
     if live.stop_reason == "cancel":
         translator.cancel()
         logger.info("%s cancelled", live.id)
+    elif live.stop_reason == "store":
+        translator.fail(STORE_FAILED_MESSAGE.format(error=type(live.write_error).__name__))
     else:
         translator.fail(SHUTDOWN_MESSAGE)
     events = translator.events()

@@ -14,17 +14,24 @@ under load (never one per token).
 only once they are (``run/live.py``), so a stream resumed from the log, even after a crash, is exactly
 what a connected client saw.
 
-A failing database is retried with backoff for about ``RETRY_DELAYS`` seconds in total; after that the
-round is given up (logged with how many events were lost) and its ``done`` callbacks still run, so that
-streams continue to their clients instead of hanging.
+One bad operation fails only its owner, never the round. When a round's transaction fails, each
+owner's ops (a source's, or one ``submit``'s) are written in a transaction of their own: if some commit,
+the database is up and the others' data is at fault (a value it cannot hold). Such an owner is told
+(``write_failed``) and its later writes are dropped, so that it cannot fail every round after; its
+``done`` callbacks still run. Only when every owner fails is the database taken to be failing: it is
+retried with backoff for about ``RETRY_DELAYS`` seconds in total; after that the round is given up
+(logged with how many events were lost) and its ``done`` callbacks still run, so that streams continue
+to their clients instead of hanging.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ._base import AppendEvents, Op, Store
 
@@ -42,14 +49,27 @@ class Source(Protocol):
         """The ops written since the last ``take``, and what to call once they are committed."""
         ...
 
+    def write_failed(self, error: Exception) -> None:
+        """Its ops could not be written while others' were: they are dropped from now on."""
+        ...
+
+
+@dataclass(slots=True)
+class _Group:
+    """The ops of one owner in a round (a source, or one ``submit`` with or without an owner)."""
+
+    owner: Any
+    ops: list[Op] = field(default_factory=list)
+
 
 class Writer:
     """Batches ``Op`` lists from many producers into one ``store.write`` per round."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._ops: list[Op] = []
+        self._groups: list[_Group] = []
         self._callbacks: list[Callable[[], None]] = []
+        self._failed: weakref.WeakSet[Any] = weakref.WeakSet()  # owners whose writes are dropped
         self._sources: dict[Source, None] = {}  # marked since the last round, in order (a dict: no duplicates)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -57,9 +77,13 @@ class Writer:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
 
-    def submit(self, ops: Sequence[Op], done: Callable[[], None] | None = None) -> None:
-        """Queue ``ops`` for the next round; ``done()`` runs once they are committed."""
-        self._ops.extend(ops)
+    def submit(self, ops: Sequence[Op], done: Callable[[], None] | None = None, *, owner: Source | None = None) -> None:
+        """Queue ``ops`` for the next round; ``done()`` runs once they are committed.
+
+        ``owner``: the source these ops belong to (a response's row before its events), told when they fail.
+        """
+        if ops:
+            self._groups.append(_Group(owner, list(ops)))
         if done is not None:
             self._callbacks.append(done)
         self._wakeup.set()
@@ -91,37 +115,76 @@ class Writer:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            ops, callbacks, sources = self._ops, self._callbacks, self._sources
-            self._ops, self._callbacks, self._sources = [], [], {}
+            groups, callbacks, sources = self._groups, self._callbacks, self._sources
+            self._groups, self._callbacks, self._sources = [], [], {}
             for source in sources:
                 try:
                     more, done = source.take()
                 except Exception:  # one stream's bug must not stop the writer of all streams
                     logger.exception("store writer source failed")
                     continue
-                ops.extend(more)
+                if more:
+                    groups.append(_Group(source, list(more)))
                 if done is not None:
                     callbacks.append(done)
-            if ops:
-                await self._write(ops)
+            groups = [g for g in groups if g.owner is None or g.owner not in self._failed]
+            if groups:
+                await self._write(groups)
             for callback in callbacks:
                 try:
                     callback()
                 except Exception:  # one stream's bug must not stop the writer of all streams
                     logger.exception("store writer callback failed")
 
-    async def _write(self, ops: list[Op]) -> None:
+    async def _write(self, groups: list[_Group]) -> None:
         for attempt, delay in enumerate((*RETRY_DELAYS, None)):
             try:
-                await self._store.write(ops)
+                await self._store.write([op for group in groups for op in group.ops])
+                return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if delay is None:
-                    lost = sum(len(op.data) for op in ops if isinstance(op, AppendEvents))
-                    logger.error("store write failed %d times, giving up (%d events lost): %s", attempt + 1, lost, exc)
-                    return
-                logger.warning("store write failed (retrying in %.2fs): %s", delay, exc)
-                await asyncio.sleep(delay)
-            else:
+                error = exc
+            groups = await self._write_apart(groups)
+            if not groups:
                 return
+            if delay is None:
+                lost = sum(len(op.data) for g in groups for op in g.ops if isinstance(op, AppendEvents))
+                logger.error("store write failed %d times, giving up (%d events lost): %s", attempt + 1, lost, error)
+                return
+            logger.warning("store write failed (retrying in %.2fs): %s", delay, error)
+            await asyncio.sleep(delay)
+
+    async def _write_apart(self, groups: list[_Group]) -> list[_Group]:
+        """Write each group in its own transaction; returns the groups left to retry (all of them when none
+        committed and an empty transaction fails too: the database is failing, not an owner's data)."""
+        failed: list[tuple[_Group, Exception]] = []
+        for group in groups:
+            try:
+                await self._store.write(group.ops)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failed.append((group, exc))
+        if len(failed) == len(groups):
+            try:
+                await self._store.write([])  # is the database there at all?
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                return groups
+        for group, exc in failed:
+            lost = sum(len(op.data) for op in group.ops if isinstance(op, AppendEvents))
+            logger.error(
+                "store write of %r failed while the store works; its writes are dropped (%d events): %s",
+                group.owner,
+                lost,
+                exc,
+            )
+            if group.owner is not None:
+                self._failed.add(group.owner)
+                try:
+                    group.owner.write_failed(exc)
+                except Exception:  # one stream's bug must not stop the writer of all streams
+                    logger.exception("store writer source failed")
+        return []
