@@ -198,12 +198,26 @@ class ResponseRun:
         t = self.translator
         while True:
             if isinstance(item, TokenChunk):
-                self._generated.extend(item.token_ids)
+                ids, logprobs = item.token_ids, item.logprobs
+                limit = self._request.max_tokens
+                over = limit is not None and len(self._generated) + len(ids) > limit
+                if over:
+                    # The engine went past the budget it was given (a misbehaving engine streamed 49,844
+                    # tokens for a limit of 200): keep what fits, stop it, and end as a length cut.
+                    keep = max(limit - len(self._generated), 0)  # type: ignore[operator]
+                    ids = ids[:keep]
+                    logprobs = logprobs[:keep] if logprobs is not None else None
+                self._generated.extend(ids)
                 try:
-                    t.receive_tokens(item.token_ids, item.logprobs)
+                    t.receive_tokens(ids, logprobs)
                 except LocalProtocolError as exc:  # e.g. a logprobs list that does not match the tokens
                     t.receive_end("error", f"the engine sent a malformed chunk: {exc.message}")
                     return
+                if over and not t.closed and t.pending_tool_call is None:
+                    await self._close_stream()
+                    t.receive_usage(prompt_tokens=len(self._request.prompt_ids))
+                    self._usage_seen = True
+                    t.receive_end("length")
             elif isinstance(item, EngineEnd):
                 self._usage_seen = True
                 t.receive_usage(prompt_tokens=item.prompt_tokens, cached_tokens=item.cached_tokens)
