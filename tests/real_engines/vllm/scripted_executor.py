@@ -8,7 +8,8 @@ detokenizer and output processing all run as they would on a GPU.
 
 What the "model" writes is read from ``HARMONY_VLLM_SCRIPT`` (a JSON file, re-read for each new
 request): ``{"rules": [{"match": TEXT, "ids": [...], "delay": SECONDS}], "default": [...]}``. The rule
-whose ``match`` occurs latest in the decoded prompt wins (so a conversation answers its newest turn);
+whose ``match`` occurs latest in the decoded prompt wins (so a conversation answers its newest turn;
+at the same place the longer key);
 ``ids`` are generated in order, one per step, ``delay`` seconds apart. Past the script's end it writes
 ``<|endoftext|>``. When structured outputs constrain a request, the scripted id is taken only if the
 grammar's bitmask allows it; otherwise the first allowed id in ``<|return|>``, then the lowest allowed
@@ -52,6 +53,7 @@ class _Req:
     params: Any
     script: list[int]
     delay: float
+    match: str | None
     out: list[int] = field(default_factory=list)
     computed: int = 0
 
@@ -61,7 +63,7 @@ class _Script:
         self.path = os.environ.get("HARMONY_VLLM_SCRIPT")
         self.tokenizer: Any = None
 
-    def choose(self, model_path: str, prompt: list[int]) -> tuple[list[int], float]:
+    def choose(self, model_path: str, prompt: list[int]) -> tuple[list[int], float, str | None]:
         data: dict[str, Any] = {}
         if self.path and os.path.exists(self.path):
             with open(self.path) as f:
@@ -69,14 +71,15 @@ class _Script:
         rules = data.get("rules") or []
         if rules:
             text = self._decode(model_path, prompt)
-            best, where = None, -1
+            best, where = None, (-1, 0)
             for rule in rules:
-                at = text.rfind(rule["match"])
-                if at > where:
+                # Latest occurrence first; at the same place the longer key ("case-fn-result" over "case-fn").
+                at = (text.rfind(rule["match"]), len(rule["match"]))
+                if at[0] >= 0 and at > where:
                     best, where = rule, at
             if best is not None:
-                return list(best["ids"]), float(best.get("delay", 0.0))
-        return list(data.get("default") or []), 0.0
+                return list(best["ids"]), float(best.get("delay", 0.0)), best["match"]
+        return list(data.get("default") or []), 0.0, None
 
     def _decode(self, model_path: str, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -177,14 +180,17 @@ class _Worker:
         for req_id in so.finished_req_ids:
             req = self.reqs.pop(req_id, None)
             if req is not None:
-                self.log.write(event="finished", req_id=req_id, generated=len(req.out))
+                self.log.write(event="finished", req_id=req_id, match=req.match, generated=len(req.out))
         for new in so.scheduled_new_reqs:
             prompt = list(new.prompt_token_ids or [])
-            script, delay = self.script.choose(self.model_path, prompt)
-            self.reqs[new.req_id] = _Req(prompt, new.sampling_params, script, delay, computed=new.num_computed_tokens)
+            script, delay, match = self.script.choose(self.model_path, prompt)
+            self.reqs[new.req_id] = _Req(
+                prompt, new.sampling_params, script, delay, match, computed=new.num_computed_tokens
+            )
             self.log.write(
                 event="new",
                 req_id=new.req_id,
+                match=match,
                 prompt_len=len(prompt),
                 cached=new.num_computed_tokens,
                 sampling=_sampling(new.sampling_params),
