@@ -1,5 +1,6 @@
-"""Real ``harmony-responses serve`` processes: two sharing one PostgreSQL behave as one service, and a
-server killed with SIGKILL mid-response leaves a log that the next start ends with a reason."""
+"""Real ``harmony-responses serve`` processes: two sharing one PostgreSQL behave as one service, processes
+sharing a store open each other's ``encrypted_content``, and a server killed with SIGKILL mid-response leaves
+a log that the next start ends with a reason."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from api.helpers import MODEL, sse_events, write_script
+from api.helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, write_script
 from translate.invariants import check_stream
 
 WORDS = 300
@@ -24,9 +25,9 @@ SLOW = {"harmony": "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>
 
 
 class Server:
-    def __init__(self, store: str, script: str) -> None:
+    def __init__(self, store: str, script: str, *extra: str) -> None:
         exe = Path(sys.executable).parent / "harmony-responses"
-        command = [str(exe), "serve", "--port", "0", "--model", MODEL, "--engine", script, "--store", store]
+        command = [str(exe), "serve", "--port", "0", "--model", MODEL, "--engine", script, "--store", store, *extra]
         command += ["--log-level", "warning", "--current-date", "2025-06-01"]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
@@ -110,6 +111,46 @@ def test_two_processes_on_one_postgresql(store_spec: str, servers: list[Server],
     # And the other way round: a foreground response created on B is there on A.
     other = b.client.responses.create(model=MODEL, input="Hi", max_output_tokens=20)
     assert a.client.responses.retrieve(other.id).status == "incomplete"
+
+
+def test_processes_sharing_a_store_open_each_others_sealed_reasoning(
+    store_spec: str, servers: list[Server], tmp_path: Path
+) -> None:
+    """No --secret-key: the key comes from the store, so a stateless client's turns may land on any process."""
+    script = write_script(tmp_path / "calls.jsonl", [CALL_WEATHER, ANSWER])
+    a, b = Server(store_spec, script), Server(store_spec, script)
+    servers += [a, b]
+    question = {"role": "user", "content": "Weather in Paris?"}
+    first = a.client.responses.create(
+        model=MODEL, input=[question], tools=[WEATHER_TOOL], store=False, include=["reasoning.encrypted_content"]
+    )
+    reasoning, call = first.output[0], first.output[-1]
+    assert reasoning.type == "reasoning" and call.type == "function_call" and reasoning.encrypted_content
+    text = reasoning.content[0].text  # type: ignore[index]
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"sunny": true}'}
+
+    def prompt_tokens(server: Server, *reasoning_items: dict[str, Any]) -> int:
+        # The replay engine reports the prompt's length: what the model would read, in tokens.
+        items = [question, *reasoning_items, call.model_dump(exclude_none=True), result]
+        response = server.client.responses.create(model=MODEL, input=items, tools=[WEATHER_TOOL], store=False)
+        assert response.usage is not None
+        return response.usage.input_tokens
+
+    sealed = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": reasoning.encrypted_content}
+    clear = {
+        "type": "reasoning",
+        "id": reasoning.id,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+    with_reasoning = prompt_tokens(a, clear)
+    assert with_reasoning > prompt_tokens(a)  # the reasoning is in the prompt when it is there at all
+    assert prompt_tokens(b, sealed) == with_reasoning, "B did not open A's blob: the reasoning was dropped"
+    # A process started later (a restart) uses the same key.
+    a.stop()
+    c = Server(store_spec, script)
+    servers.append(c)
+    assert prompt_tokens(c, sealed) == with_reasoning
 
 
 def test_sigkill_mid_response_then_restart(store_spec: str, servers: list[Server], tmp_path: Path) -> None:

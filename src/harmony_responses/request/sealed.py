@@ -14,7 +14,9 @@ the reasoning is also streamed in clear as ``reasoning_text`` so nothing secret 
 is only "opaque" by convention then. ``open`` reads both forms.
 
 The key is derived from ``Config.secret_key`` (``--secret-key`` / ``HARMONY_RESPONSES_SECRET_KEY``);
-without one each process draws a random key, so blobs do not survive a restart or reach another replica.
+without one the server uses a secret generated once and kept in its store (``use_secret`` at start), so
+every process sharing the store opens every blob, also after a restart. Until then (and for a sealer made
+without a secret) the key is random, per process.
 """
 
 from __future__ import annotations
@@ -51,15 +53,22 @@ class ReasoningSealer:
     """Seals reasoning text into blobs and opens them again, with one key."""
 
     def __init__(self, secret: str | bytes | None = None, *, use_fernet: bool | None = None) -> None:
-        if secret is None:
-            key = os.urandom(32)
-        else:
-            raw = secret.encode() if isinstance(secret, str) else secret
-            key = hashlib.sha256(_KEY_CONTEXT + raw).digest()
+        self.configured = secret is not None  # the operator gave the key; False: random until use_secret()
+        self._use_fernet = Fernet is not None and use_fernet is not False
+        self._set_key(os.urandom(32) if secret is None else self._derive(secret))
+
+    @staticmethod
+    def _derive(secret: str | bytes) -> bytes:
+        raw = secret.encode() if isinstance(secret, str) else secret
+        return hashlib.sha256(_KEY_CONTEXT + raw).digest()
+
+    def _set_key(self, key: bytes) -> None:
         self._mac_key = key
-        self._fernet = None
-        if Fernet is not None and use_fernet is not False:
-            self._fernet = Fernet(base64.urlsafe_b64encode(key))
+        self._fernet = Fernet(base64.urlsafe_b64encode(key)) if self._use_fernet else None
+
+    def use_secret(self, secret: str | bytes) -> None:
+        """Seal and open with ``secret`` from now on (the store's shared secret, when none was configured)."""
+        self._set_key(self._derive(secret))
 
     def seal(self, text: str) -> str:
         payload = orjson.dumps({"v": 1, "text": text})

@@ -4,8 +4,9 @@ It holds the engine, the Harmony vocabulary, the reasoning sealer, the built-in 
 containers, web search, MCP options), the stored responses and the conversations. ``start()`` (in the
 app's lifespan) loads the vocabulary (about a second, once per process), starts the engine (for real
 engines, the start-up check that it is reachable and serves Harmony), probes the sandbox and opens the
-store (migrations, this process's lease, ending what a crashed process left running); ``aclose()`` ends
-what still runs, failed with a reason, and closes it all.
+store (migrations, this process's lease, ending what a crashed process left running, and the sealing key
+every process using the store shares); ``aclose()`` ends what still runs, failed with a reason, and closes
+it all.
 
 ``create_response`` is the one way a response begins: a ``ResponseRequest`` in, and out what the
 transport serves: a ``ResponseRun`` (not stored), a ``StoredRun`` (stored, foreground) or a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Sequence
 
@@ -38,6 +40,8 @@ from .stored import Background, StoredResponses
 __all__ = ["Server"]
 
 logger = logging.getLogger("harmony_responses.run")
+
+SEALING_SECRET = "reasoning.encrypted_content"  # the store's secrets row the sealing key comes from
 
 
 class Server:
@@ -93,6 +97,12 @@ class Server:
         self.containers.start()  # probes the sandbox in the background; warns when code cannot run
         try:
             await self.stored.start()
+            if not self.sealer.configured:
+                # No --secret-key: the key every process sharing this store uses, made by the first one to
+                # start. With a random key per process, a blob sealed by one replica is silently ignored by
+                # the others (the model loses its reasoning when a request lands elsewhere).
+                secret = await self.stored.store.shared_secret(SEALING_SECRET, secrets.token_urlsafe(32))
+                self.sealer.use_secret(secret)
         except StoreError as exc:
             self.startup_error = exc
             logger.error("the store cannot be used: %s", exc)

@@ -50,6 +50,17 @@ class Prompting:
     context_window: int
     current_date: str | None  # None: today's UTC date, per request
     knowledge_cutoff: str
+    # A request asking for reasoning.summary gets each reasoning item's own text as its summary (gpt-oss writes
+    # no summaries); False: summary stays [] (--reasoning-summaries none).
+    reasoning_summaries: bool = True
+
+
+def wants_summary(body: dict[str, Any]) -> bool:
+    """The request asks for reasoning summaries (``reasoning.summary``, or the deprecated ``generate_summary``)."""
+    reasoning = body.get("reasoning")
+    if not isinstance(reasoning, dict):
+        return False
+    return any(reasoning.get(key) in ("auto", "concise", "detailed") for key in ("summary", "generate_summary"))
 
 
 def _browser_session(web_search: WebSearch | None, request: ResponseRequest) -> BrowserSession | None:
@@ -183,6 +194,7 @@ async def build_run(
         logprobs=options.top_logprobs is not None,
         citations=browser.cite if browser is not None else None,
         queued=request.background,
+        summaries=prompting.reasoning_summaries and wants_summary(request.body),
     )
     translator.receive_prefill(rendered.prefill_ids)
     return ResponseRun(

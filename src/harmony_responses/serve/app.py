@@ -50,6 +50,7 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
             context_window=config.context_window,
             current_date=config.current_date,
             knowledge_cutoff=config.knowledge_cutoff,
+            reasoning_summaries=config.reasoning_summaries == "reasoning",
         ),
         containers=ContainerManager(
             limits=config.code_interpreter,

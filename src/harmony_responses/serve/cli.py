@@ -59,6 +59,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
         secret_key=args.secret_key,
+        reasoning_summaries=args.reasoning_summaries,
         store=args.store,
         data_dir=args.data_dir,
         retention=args.retention,

@@ -32,8 +32,12 @@ class Config:
             Fixing it makes prompts (and prefix caches, tests) reproducible (pitfalls.md #63).
         knowledge_cutoff: the model's knowledge cutoff, written into the system message.
         context_window: prompt plus output tokens the engine accepts; ``truncation`` works against it.
-        secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: a random key per
-            process, so blobs stop being readable after a restart (then they are ignored, not rejected).
+        secret_key: the key ``reasoning.encrypted_content`` blobs are sealed with. None: the store's key,
+            generated at the first start and kept in the store, so that every process sharing the store
+            seals and opens with the same key (``run.Server.start``).
+        reasoning_summaries: what a request asking for ``reasoning.summary`` gets: ``reasoning`` (each
+            reasoning item's own text, streamed as its summary: gpt-oss writes no summaries) or ``none``
+            (``summary: []``, as for a model without summaries).
         store: where stored responses and conversations live (``harmony_responses.store``): ``sqlite`` (a
             file in ``data_dir``, the default), ``sqlite:PATH``, or a ``postgresql://…`` URL that several
             server processes may share.
@@ -71,6 +75,7 @@ class Config:
     knowledge_cutoff: str = "2024-06"
     context_window: int = DEFAULT_CONTEXT_WINDOW
     secret_key: str | None = field(default=None, repr=False)
+    reasoning_summaries: str = "reasoning"
     store: str = "sqlite"
     data_dir: str | None = None
     retention: float | None = None

@@ -37,6 +37,7 @@ __all__ = [
 
 ENV_PREFIX = "HARMONY_RESPONSES_"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+REASONING_SUMMARY_SOURCES = ("reasoning", "none")
 DEFAULT_MODELS: tuple[str, ...] = ("gpt-oss-120b", "gpt-oss-20b")
 # gpt-oss's context window (harmony.md): prompt plus generation.
 DEFAULT_CONTEXT_WINDOW = 131_072
@@ -233,8 +234,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--secret-key",
-        help="key for reasoning.encrypted_content blobs (default: random per process, so blobs do not survive a "
-        "restart)",
+        help="key for reasoning.encrypted_content blobs (default: one generated at the first start and kept in the "
+        "store, so every process sharing the store opens every blob, also after a restart)",
+    ),
+    Option(
+        flag="--reasoning-summaries",
+        choices=REASONING_SUMMARY_SOURCES,
+        default="reasoning",
+        help="what a request asking for reasoning.summary gets: 'reasoning' streams each reasoning item's own text "
+        "as its summary (gpt-oss writes no summaries; the summary is the chain of thought, verbatim), 'none' "
+        "leaves summary empty",
     ),
     Option(
         flag="--mcp-allowed-hosts",

@@ -358,7 +358,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
-        """The most recently stored item with this id among the owner's responses and conversations."""
+        """The first stored item with this id among the owner's responses and conversations.
+
+        The first, in the order rows were stored: the item as it was made (a response's output item, a new
+        input item). Later rows with its id are copies clients resent, often thinner (a reasoning item sent
+        back with its id alone), and must not stand for it.
+        """
+
+    @abc.abstractmethod
+    async def shared_secret(self, name: str, new: str) -> str:
+        """The secret stored under ``name``; ``new`` is stored first when there is none (of processes racing, one
+        wins for all)."""
 
     # ------------------------------------------------------------------ conversations
 

@@ -307,9 +307,14 @@ class PostgresStore(Store):
 
     async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
         data = await self._pool.fetchval(
-            "SELECT data FROM items WHERE id = $1 AND owner = $2 ORDER BY created_at DESC LIMIT 1", item_id, owner
+            "SELECT data FROM items WHERE id = $1 AND owner = $2 ORDER BY stored LIMIT 1", item_id, owner
         )
         return None if data is None else orjson.loads(data)
+
+    async def shared_secret(self, name: str, new: str) -> str:
+        # ON CONFLICT DO NOTHING then SELECT: of processes starting together, the first insert wins for all.
+        await self._pool.execute(f"INSERT INTO secrets VALUES ($1, $2, {NOW}) ON CONFLICT (name) DO NOTHING", name, new)
+        return await self._pool.fetchval("SELECT value FROM secrets WHERE name = $1", name)
 
     # ------------------------------------------------------------------ conversations
 

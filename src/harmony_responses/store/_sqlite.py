@@ -206,7 +206,16 @@ class SQLiteStore(Store):
                 if row is not None:  # None: the conversation was deleted meanwhile
                     start = row[0] - len(add.items)
                     items += item_rows(add.parent, add.kind, add.owner, add.created_at, start, add.items)
-            _insert_rows(conn, "INSERT INTO items (parent, kind, position, id, owner, created_at, data)", items)
+            if items:
+                # Number the rows in the order they are stored (find_item's order), under the write lock.
+                (last,) = conn.execute(
+                    "UPDATE sequences SET value = value + ? WHERE name = 'items' RETURNING value", (len(items),)
+                ).fetchone()
+                first = last - len(items) + 1
+                numbered = [(*row, first + i) for i, row in enumerate(items)]
+                _insert_rows(
+                    conn, "INSERT INTO items (parent, kind, position, id, owner, created_at, data, stored)", numbered
+                )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -373,9 +382,24 @@ class SQLiteStore(Store):
         return await self._write_call(lambda conn: self._transaction(conn, [(sql, (parent, kind, item_id))])) > 0
 
     async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
-        sql = "SELECT data FROM items WHERE id = ? AND owner = ? ORDER BY created_at DESC LIMIT 1"
+        # NULL (rows stored before migration 3) sorts first: they are older than every numbered row.
+        sql = "SELECT data FROM items WHERE id = ? AND owner = ? ORDER BY stored, created_at LIMIT 1"
         row = await self._read(lambda conn: conn.execute(sql, (item_id, owner)).fetchone())
         return None if row is None else orjson.loads(row[0])
+
+    async def shared_secret(self, name: str, new: str) -> str:
+        def get_or_put(conn: sqlite3.Connection) -> str:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT OR IGNORE INTO secrets VALUES (?, ?, ?)", (name, new, time.time()))
+                (value,) = conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return value
+
+        return await self._write_call(get_or_put)
 
     # ------------------------------------------------------------------ conversations
 
