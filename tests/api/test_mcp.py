@@ -22,10 +22,11 @@ from agents import Agent, HostedMCPTool, OpenAIResponsesModel, Runner
 
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
 from harmony_responses.tokens import EngineEnd, TokenChunk
-from harmony_responses.tools.mcp import McpOptions, StdioServer
+from harmony_responses.tools.mcp import McpOptions, StdioServer, _guard
+from harmony_responses.tools.mcp._connection import UNIFORM_FAILURE
 from harmony_responses.vocab import load_encoding
 from tools.mcp_server import HERE as MCP_SERVER_SCRIPT
-from tools.mcp_server import McpServerProcess
+from tools.mcp_server import InternalService, McpServerProcess
 from translate.invariants import check_stream
 
 from .conftest import Serve
@@ -38,6 +39,20 @@ NOTE = (
     THINK + '<|channel|>commentary to=calc.save_note <|constrain|>json<|message|>{"name": "n1", "text": "hi"}<|call|>'
 )
 ANSWER = "<|channel|>final<|message|>Done: 5.<|return|>"
+
+
+LOOPBACK_HOSTS = ("127.0.0.1",)  # where the test MCP servers run: listed, as an operator would list theirs
+
+
+@pytest.fixture
+def serve(serve: Serve) -> Serve:
+    """conftest's ``serve``, with the test servers' host allowed (by default internal hosts are refused)."""
+
+    def _serve(source: Any, **config: Any) -> Any:
+        config.setdefault("mcp", McpOptions(allowed_hosts=LOOPBACK_HOSTS))
+        return serve(source, **config)
+
+    return _serve
 
 
 def calc(url: str, **fields: Any) -> dict[str, Any]:
@@ -163,7 +178,7 @@ def test_a_tool_that_fails_ends_its_call_failed_and_the_model_is_told(
 
 def test_a_call_past_the_timeout_fails_and_the_response_goes_on(serve: Serve, mcp_server: McpServerProcess) -> None:
     slow = THINK + '<|channel|>analysis to=calc.slow code<|message|>{"seconds": 5}<|call|>'
-    live = serve([slow, ANSWER], mcp=McpOptions(timeout=0.5))
+    live = serve([slow, ANSWER], mcp=McpOptions(allowed_hosts=LOOPBACK_HOSTS, timeout=0.5))
     events = stream(live, {"input": "Wait.", "tools": [calc(mcp_server.url)]})
     call = output(events)[2]
     assert call["status"] == "failed" and call["error"]["type"] == "mcp_protocol_error"
@@ -393,7 +408,7 @@ def test_sse_transport_when_the_url_says_so(serve: Serve) -> None:
 def test_stdio_server_configured_by_name(serve: Serve) -> None:
     local = StdioServer(name="local-calc", command=sys.executable, args=(str(MCP_SERVER_SCRIPT), "stdio"))
     recorder = Recorder([ADD, ANSWER])
-    live = serve(recorder.engine, mcp=McpOptions(servers=(local,)))
+    live = serve(recorder.engine, mcp=McpOptions(servers=(local,)))  # no allowed hosts: stdio is the operator's
     events = stream(live, {"input": "2 + 3?", "tools": [calc("stdio:local-calc")]})
     assert kinds(events) == ["mcp_list_tools", "reasoning", "mcp_call", "message"]
     assert output(events)[2]["output"] == "5"
@@ -420,6 +435,66 @@ def test_allowed_hosts_let_the_named_host_through(serve: Serve, mcp_server: McpS
     live = serve([ADD, ANSWER], mcp=McpOptions(allowed_hosts=(f"127.0.0.1:{mcp_server.port}",)))
     events = stream(live, {"input": "2 + 3?", "tools": [calc(mcp_server.url)]})
     assert output(events)[2]["output"] == "5"
+
+
+# ---------------------------------------------------------------------------------------------- SSRF
+
+
+@pytest.fixture
+def internal() -> Iterator[InternalService]:
+    service = InternalService()
+    yield service
+    service.stop()
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1:{port}",
+        "localhost:{port}",
+        "[::1]:{port}",
+        "[::ffff:127.0.0.1]:{port}",
+        "0.0.0.0:{port}",
+    ],
+)  # loopback only, so that even a regression connects nowhere else (the other ranges: tests/tools/test_mcp.py)
+def test_by_default_internal_hosts_are_refused_and_nothing_is_read(
+    serve: Serve, internal: InternalService, host: str
+) -> None:
+    # The report: with no --mcp-allowed-hosts, a tool pointed at an internal HTTP service answered 200 with
+    # the service's JSON body inside the mcp_list_tools error.
+    live = serve([ANSWER], mcp=McpOptions())
+    url = f"http://{host.format(port=internal.port)}/mcp"
+    response = post(live, {"model": MODEL, "input": "x", "tools": [calc(url)]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "tools[0].server_url" and "--mcp-allowed-hosts" in error["message"]
+    assert InternalService.SECRET not in response.text and internal.requests == []
+
+
+def test_by_default_a_name_that_resolves_inward_fails_its_listing_uniformly(
+    serve: Serve, internal: InternalService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return {"mcp.attacker.test": ["127.0.0.1"], "mixed.attacker.test": ["93.184.215.14", "10.0.0.1"]}[host]
+
+    monkeypatch.setattr(_guard, "_resolve", resolve)  # the attacker's DNS, answering with inward addresses
+    recorder = Recorder([ANSWER, ANSWER])
+    live = serve(recorder.engine, mcp=McpOptions())
+    for name in ["mcp.attacker.test", "mixed.attacker.test"]:
+        events = stream(live, {"input": "x", "tools": [calc(f"http://{name}:{internal.port}/mcp")]})
+        listing = output(events)[0]
+        assert listing["type"] == "mcp_list_tools" and listing["tools"] == []
+        assert listing["error"] == f"Error retrieving tool list from MCP server: 'calc'. {UNIFORM_FAILURE['message']}"
+    assert internal.requests == []  # never connected: the addresses were checked first
+
+
+def test_the_clients_host_header_is_not_forwarded(serve: Serve, internal: InternalService) -> None:
+    live = serve([ANSWER])
+    headers = {"Host": "metadata.google.internal", "X-Probe": "1"}
+    stream(live, {"input": "x", "tools": [calc(internal.url, headers=headers)]})  # not MCP: the listing fails
+    assert internal.requests, "the listed host was not reached"
+    for request in internal.requests:
+        assert request["host"] == f"127.0.0.1:{internal.port}" and request["x-probe"] == "1"
 
 
 APPROVAL = "tools[0].require_approval"

@@ -11,6 +11,7 @@ raises: an ``isError`` result), ``slow`` (sleeps: timeouts), and ``bad.name`` (a
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -83,6 +84,68 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class InternalService:
+    """What an SSRF aims at: a plain HTTP service on 127.0.0.1 answering every request with a JSON secret.
+
+    ``requests`` keeps each request's headers (lower-cased names), so a test can tell whether it was reached.
+    """
+
+    SECRET = "internal-token-7f3a"
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        requests = self.requests = []  # type: list[dict[str, str]]
+        body = json.dumps({"secret": self.SECRET}).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                requests.append({k.lower(): v for k, v in self.headers.items()})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class BannerService:
+    """A TCP service that is not HTTP (an SSH-like banner, then close) on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self._socket.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    def stop(self) -> None:
+        self._socket.close()
 
 
 class McpServerProcess:

@@ -25,15 +25,19 @@ from harmony_responses.tools.mcp import (
     McpSession,
     McpTarget,
     StdioServer,
+    _guard,
     load_mcp_config,
     parse_stdio_server,
     prepare_mcp,
     result_text,
 )
+from harmony_responses.tools.mcp._connection import UNIFORM_FAILURE
 from harmony_responses.tools.mcp._session import _from_result
 from harmony_responses.translate import ItemKind, ToolCall
 
-from .mcp_server import HERE, TOOL_NAMES, McpServerProcess
+from .mcp_server import HERE, TOOL_NAMES, BannerService, InternalService, McpServerProcess, free_port
+
+LOOPBACK = McpOptions(allowed_hosts=("127.0.0.1",), timeout=5)  # the test servers' host, listed
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +59,24 @@ def call(name: str, arguments: str, label: str = "calc") -> ToolCall:
 @pytest.mark.parametrize(
     ("hosts", "url", "allowed"),
     [
-        (None, "http://169.254.169.254/latest", True),  # the default: anything (the documented SSRF risk)
+        # The default: public hosts; internal IP literals and loopback names are refused outright (names are
+        # checked by their addresses when connecting: see the guard tests below).
+        (None, "https://mcp.example.com/mcp", True),
+        (None, "http://8.8.8.8/mcp", True),
+        (None, "http://169.254.169.254/latest", False),
+        (None, "http://127.0.0.1:8080/mcp", False),
+        (None, "http://localhost:8080/mcp", False),
+        (None, "http://app.localhost/mcp", False),
+        (None, "http://[::1]:9000/mcp", False),
+        (None, "http://[::ffff:127.0.0.1]/mcp", False),
+        (None, "http://[fe80::1]/mcp", False),
+        (None, "http://10.0.0.7/mcp", False),
+        (None, "http://172.16.5.4/mcp", False),
+        (None, "http://192.168.1.1/mcp", False),
+        (None, "http://[fd00::1]/mcp", False),
+        (None, "http://0.0.0.0:8000/mcp", False),
+        (None, "http://224.0.0.1/mcp", False),
+        (("127.0.0.1",), "http://127.0.0.1:8080/mcp", True),  # listed: internal addresses are the operator's call
         (("mcp.example.com",), "https://mcp.example.com/mcp", True),
         (("mcp.example.com",), "https://MCP.example.com/mcp", True),
         (("mcp.example.com",), "https://evil.com/mcp?x=mcp.example.com", False),
@@ -151,7 +172,7 @@ def test_results_become_output_or_errors() -> None:
 
 def test_session_calls_and_reconnects(server: McpServerProcess) -> None:
     async def main() -> None:
-        connection = McpConnection(McpTarget(label="calc", url=server.url), timeout=5)
+        connection = McpConnection(McpTarget(label="calc", url=server.url, trusted=True), timeout=5)
         session = McpSession(connection, allowed=["add", "fail"])
         assert session.namespace == "calc"
         result = await session.call(call("add", '{"a": 1, "b": 2}'))
@@ -177,7 +198,7 @@ def test_prepare_lists_in_parallel_and_closes_its_connections(server: McpServerP
             {"type": "mcp", "server_label": "one", "server_url": server.url, "allowed_tools": ["add"]},
             {"type": "mcp", "server_label": "two", "server_url": "http://127.0.0.1:9/mcp"},
         ]
-        plan = await prepare_mcp(tools, [], McpOptions(timeout=5))
+        plan = await prepare_mcp(tools, [], LOOPBACK)
         assert plan.tools is not None and plan.tools[0] == tools[0]
         assert [t["name"] for t in plan.tools[1]["_mcp_tools"]] == ["add"]
         assert plan.tools[2]["_mcp_tools"] == [] and "could not be listed" in plan.tools[2]["server_description"]
@@ -219,7 +240,7 @@ def test_stdio_server_listing_and_a_broken_one() -> None:
 
 def test_a_connection_that_cannot_connect_raises_mcp_failure() -> None:
     async def main() -> Any:
-        connection = McpConnection(McpTarget(label="x", url="http://127.0.0.1:9/mcp"), timeout=5)
+        connection = McpConnection(McpTarget(label="x", url="http://127.0.0.1:9/mcp", trusted=True), timeout=5)
         with pytest.raises(McpFailure) as info:
             await connection.list_tools()
         await connection.aclose()
@@ -227,3 +248,105 @@ def test_a_connection_that_cannot_connect_raises_mcp_failure() -> None:
 
     error = asyncio.run(main())
     assert error["type"] == "http_error" and error["code"] == 502
+
+
+# ---------------------------------------------------------------------------------------------- the SSRF guard
+
+
+async def _list_error(url: str, *, trusted: bool) -> dict[str, Any]:
+    connection = McpConnection(McpTarget(label="probe", url=url, trusted=trusted), timeout=3)
+    try:
+        with pytest.raises(McpFailure) as info:
+            await connection.list_tools()
+    finally:
+        await connection.aclose()
+    return info.value.error
+
+
+def test_failures_with_hosts_not_listed_are_one_uniform_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Take loopback for a public address, as if these services were on the internet: what is left to check
+    # is that the errors of a host the operator did not list say nothing of what answered there.
+    monkeypatch.setattr(_guard, "address_problem", lambda ip: None)
+    internal, banner, keyed = InternalService(), BannerService(), McpServerProcess(key="sesame")
+    urls = {
+        "an HTTP service answering JSON": internal.url,
+        "the same, as an SSE endpoint": internal.url.replace("/mcp", "/sse"),
+        "a service that is not HTTP": f"http://127.0.0.1:{banner.port}/mcp",
+        "a closed port": f"http://127.0.0.1:{free_port()}/mcp",
+        "an MCP server answering 401": keyed.url,
+    }
+    try:
+
+        async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+            guarded = {what: await _list_error(url, trusted=False) for what, url in urls.items()}
+            trusted = {what: await _list_error(url, trusted=True) for what, url in urls.items()}
+            return guarded, trusted
+
+        with caplog.at_level("INFO", logger="harmony_responses.tools.mcp"):
+            guarded, trusted = asyncio.run(main())
+    finally:
+        internal.stop(), banner.stop(), keyed.stop()
+    assert all(error == UNIFORM_FAILURE for error in guarded.values()), guarded
+    assert InternalService.SECRET not in json.dumps(guarded)
+    # The same failures are told apart for a listed host (the operator's own), so the test does reach them,
+    # and before the guard this is what any client read, the internal service's body included.
+    assert len({json.dumps(error) for error in trusted.values()}) == len(urls)
+    assert InternalService.SECRET in json.dumps(trusted)
+    assert trusted["an MCP server answering 401"] == {"type": "http_error", "code": 401, "message": "Unauthorized"}
+    # What happened is in the server's log, for the operator.
+    assert InternalService.SECRET in caplog.text and "probe" in caplog.text
+
+
+def test_a_name_is_judged_by_its_addresses_and_connected_to_as_checked() -> None:
+    answers = {"mcp.example.test": [["203.0.113.9"], ["93.184.215.14"], ["93.184.215.14", "127.0.0.1"]]}
+    connected: list[tuple[str, int]] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return answers[host].pop(0)
+
+    class Recorder(_guard.httpcore2.AsyncNetworkBackend):  # stands in for the socket: nothing leaves loopback
+        async def connect_tcp(self, host: str, port: int, **kwargs: Any) -> Any:
+            connected.append((host, port))
+            raise _guard.httpcore2.ConnectError("recorded")
+
+    backend = _guard.GuardedBackend(inner=Recorder(), resolve=resolve)
+
+    async def attempt() -> str:
+        with pytest.raises(_guard.httpcore2.ConnectError) as info:
+            await backend.connect_tcp("mcp.example.test", 443, timeout=1)
+        return str(info.value)
+
+    async def main() -> list[str]:
+        return [await attempt() for _ in range(3)]
+
+    documentation, public, mixed = asyncio.run(main())
+    assert "resolves to 203.0.113.9" in documentation and "not allowed" in documentation  # TEST-NET-3
+    assert public == "recorded" and "a loopback address" in mixed  # one inward answer refuses the name
+    # The socket was asked for the address that was checked, never the name (no second lookup to rebind).
+    assert connected == [("93.184.215.14", 443)]
+
+
+def test_the_guarded_transport_goes_through_the_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    internal = InternalService()
+
+    async def resolve(host: str, port: int) -> list[str]:
+        assert host == "internal.example.test"
+        return ["127.0.0.1"]
+
+    async def get() -> Any:
+        transport = _guard.guarded_transport(_guard.GuardedBackend(resolve=resolve))
+        async with _guard.httpx2.AsyncClient(transport=transport, timeout=3) as client:
+            return await client.get(f"http://internal.example.test:{internal.port}/")
+
+    try:
+        with pytest.raises(_guard.httpx2.ConnectError, match="resolves to 127.0.0.1, a loopback address"):
+            asyncio.run(get())
+        assert internal.requests == []  # refused before connecting
+        monkeypatch.setattr(_guard, "address_problem", lambda ip: None)
+        response = asyncio.run(get())  # the same name, loopback taken for public: reached by its checked address
+        assert response.json() == {"secret": InternalService.SECRET}
+        assert internal.requests[0]["host"] == f"internal.example.test:{internal.port}"  # the URL's name, kept
+    finally:
+        internal.stop()

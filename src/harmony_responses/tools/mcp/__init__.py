@@ -1,6 +1,7 @@
 """Remote MCP: the ``mcp`` tool type, run by the server with the ``mcp`` SDK's client.
 
 ``_options`` holds the operator's settings (allowed hosts, named stdio servers, timeout) and the SSRF note;
+``_guard`` keeps connections for hosts the operator did not list on public addresses;
 ``_request`` checks a request's ``mcp`` tools, lists their tools (or reuses a listing from the conversation)
 and builds an ``McpPlan``; ``_connection`` owns one client connection (streamable HTTP, SSE or stdio) in a
 task of its own; ``_session`` is the per-response ``ToolSession`` that runs ``mcp_call`` items.

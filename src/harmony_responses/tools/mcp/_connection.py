@@ -10,6 +10,14 @@ Failures are turned into the API's ``mcp_call`` error objects (openai 3.57 ``Mcp
 ``mcp_protocol_error`` (a JSON-RPC error: unknown method, bad params, timeout), ``http_error`` (the MCP
 endpoint answered with an HTTP error status, or could not be reached: 502), and
 ``mcp_tool_execution_error`` (the tool ran and reported an error: ``isError`` results).
+
+A target the operator did not list (``McpTarget.trusted`` false: the default mode) connects through the SSRF
+guard (``_guard``) and must not become an oracle for what answers where: any failure to connect, to list
+its tools or to speak MCP at all is the one ``UNIFORM_FAILURE``, whatever happened (refused address, closed
+port, a non-HTTP service, an HTTP service that is not MCP, an error status, a timeout); what happened goes
+to the log. Once a server has listed its tools it has shown it speaks MCP: its calls' JSON-RPC errors and
+tool errors are its own words, but errors the SDK writes from a body it could not parse still say nothing
+of the body, and HTTP errors carry the status code with its standard phrase, not the server's.
 """
 
 from __future__ import annotations
@@ -31,11 +39,12 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import REQUEST_TIMEOUT, CallToolResult, Implementation, Tool
+from mcp_types import PARSE_ERROR, REQUEST_TIMEOUT, CallToolResult, Implementation, Tool
 
+from ._guard import guarded_transport
 from ._options import StdioServer
 
-__all__ = ["McpConnection", "McpFailure", "McpTarget"]
+__all__ = ["UNIFORM_FAILURE", "McpConnection", "McpFailure", "McpTarget"]
 
 logger = logging.getLogger("harmony_responses.tools.mcp")
 
@@ -43,16 +52,26 @@ T = TypeVar("T")
 _CLOSE_GRACE = 5.0  # seconds a closing connection gets to end its session before it is cancelled
 _CLIENT_INFO = Implementation(name="harmony-responses", version="0.1")
 _UNREACHABLE = "Could not reach the MCP server"
+UNIFORM_FAILURE: dict[str, Any] = {
+    "type": "http_error",
+    "code": 502,
+    "message": f"{_UNREACHABLE}, or it did not answer as an MCP server (the reason is in this server's log)",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class McpTarget:
-    """Where one MCP server is: an http(s) URL (with the request's headers) or an operator's stdio server."""
+    """Where one MCP server is: an http(s) URL (with the request's headers) or an operator's stdio server.
+
+    ``trusted``: the operator listed the URL's host (``--mcp-allowed-hosts``): it is connected to wherever it
+    resolves and its failures are reported in detail. Otherwise the SSRF guard applies (module docstring).
+    """
 
     label: str
     url: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     stdio: StdioServer | None = None
+    trusted: bool = False
 
     @property
     def transport(self) -> str:
@@ -116,6 +135,11 @@ class McpConnection:
 
     # ------------------------------------------------------------------ jobs
 
+    @property
+    def guarded(self) -> bool:
+        """Connections go through the SSRF guard and failures are uniform (an http(s) URL not listed)."""
+        return self.target.stdio is None and not self.target.trusted
+
     async def list_tools(self) -> list[Tool]:
         async def run(client: Client) -> list[Tool]:
             tools: list[Tool] = []
@@ -128,14 +152,14 @@ class McpConnection:
                     break
             return tools
 
-        return await self._submit(run, self.timeout)
+        return await self._submit(run, self.timeout, listing=True)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolResult:
         async def run(client: Client) -> CallToolResult:
             return await client.call_tool(name, arguments, read_timeout_seconds=self.timeout)
 
         # The SDK times the call out itself (a JSON-RPC timeout error); the outer limit catches a stuck transport.
-        return await self._submit(run, self.timeout + _CLOSE_GRACE)
+        return await self._submit(run, self.timeout + _CLOSE_GRACE, listing=False)
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
@@ -153,7 +177,9 @@ class McpConnection:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def _submit(self, run: Callable[[Client], Awaitable[T]], timeout: float) -> T:
+    async def _submit(self, run: Callable[[Client], Awaitable[T]], timeout: float, *, listing: bool) -> T:
+        """Run a job on the connection. ``listing``: the job shows whether the server speaks MCP at all (for
+        a guarded target, every failure of it is the uniform one)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if self._task is None or self._task.done():
@@ -163,10 +189,10 @@ class McpConnection:
             await asyncio.wait_for(asyncio.shield(self._ready), max(deadline - loop.time(), 0))
         except TimeoutError:
             await self._reset()
-            raise McpFailure(self._timeout_error("connecting")) from None
-        except McpFailure:
+            raise self._failure(self._timeout_error("connecting"), speaking=False) from None
+        except McpFailure as failure:
             await self._reset()
-            raise
+            raise self._failure(failure.error, speaking=False) from None
         job = _Job(run)
         self._jobs.put_nowait(job)
         try:
@@ -174,10 +200,27 @@ class McpConnection:
         except TimeoutError:
             job.future.cancel()
             await self._reset()  # the connection is stuck: drop it, the next job connects again
-            raise McpFailure(self._timeout_error("waiting for an answer")) from None
+            raise self._failure(self._timeout_error("waiting for an answer"), speaking=not listing) from None
+        except McpFailure as failure:
+            raise self._failure(failure.error, speaking=not listing) from None
         except asyncio.CancelledError:
             job.future.cancel()
             raise
+
+    def _failure(self, error: dict[str, Any], *, speaking: bool) -> McpFailure:
+        """The failure the caller (and so the client) sees. ``speaking``: the server has shown it speaks MCP."""
+        if not self.guarded:
+            return McpFailure(error)
+        # What really happened is for the operator only: a client could otherwise map the private network.
+        logger.info("MCP server '%s' (%s) failed: %s", self.target.label, self.target.url, error.get("message"))
+        if not speaking or error.get("type") == "mcp_protocol_error" and error.get("code") == PARSE_ERROR:
+            return McpFailure(dict(UNIFORM_FAILURE))
+        if error.get("type") == "http_error":
+            code = error.get("code")
+            if not isinstance(code, int) or error.get("message", "").startswith(_UNREACHABLE):
+                return McpFailure(dict(UNIFORM_FAILURE))
+            return McpFailure({"type": "http_error", "code": code, "message": _reason(code)})
+        return McpFailure(error)
 
     def _timeout_error(self, doing: str) -> dict[str, Any]:
         return {
@@ -250,8 +293,9 @@ class McpConnection:
             transport: Any = stdio_client(params, errlog=sys.stderr)
         else:
             assert target.url is not None
-            headers = dict(target.headers)
+            headers = {k: v for k, v in target.headers if k.lower() != "host"}  # Host is the URL's
             status = self._status
+            guarded = self.guarded
 
             async def remember(response: httpx2.Response) -> None:
                 if response.status_code >= 400:
@@ -263,10 +307,10 @@ class McpConnection:
                     headers=headers,
                     timeout=self.timeout,
                     sse_read_timeout=max(self.timeout, 300.0),
-                    httpx_client_factory=_http_client_factory(remember),
+                    httpx_client_factory=_http_client_factory(remember, guarded=guarded),
                 )
             else:
-                http = _http_client_factory(remember)(headers=headers, timeout=_timeouts(self.timeout))
+                http = _http_client_factory(remember, guarded=guarded)(headers=headers, timeout=_timeouts(self.timeout))
                 await stack.enter_async_context(http)
                 transport = streamable_http_client(target.url, http_client=http)
         return Client(transport, client_info=_CLIENT_INFO, read_timeout_seconds=self.timeout)
@@ -338,8 +382,9 @@ def _timeouts(seconds: float) -> httpx2.Timeout:
     return httpx2.Timeout(min(seconds, 30.0), read=max(seconds, 300.0))
 
 
-def _http_client_factory(on_response: Callable[[httpx2.Response], Awaitable[None]]) -> Any:
-    """An ``httpx2.AsyncClient`` factory like the SDK's, which also records error statuses."""
+def _http_client_factory(on_response: Callable[[httpx2.Response], Awaitable[None]], *, guarded: bool) -> Any:
+    """An ``httpx2.AsyncClient`` factory like the SDK's, which also records error statuses; ``guarded``: every
+    connection through the SSRF guard, no proxy from the environment."""
 
     def factory(
         headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
@@ -349,6 +394,8 @@ def _http_client_factory(on_response: Callable[[httpx2.Response], Awaitable[None
             timeout=timeout if timeout is not None else _timeouts(30.0),
             auth=auth,
             event_hooks={"response": [on_response]},
+            transport=guarded_transport() if guarded else None,
+            trust_env=not guarded,
         )
 
     return factory

@@ -1,14 +1,20 @@
 """What the operator decides about MCP: which hosts MCP URLs may reach, named stdio servers, timeouts.
 
-SSRF: an ``mcp`` tool makes *this server* open a connection to whatever ``server_url`` the client names.
-With the default (no ``--mcp-allowed-hosts``) any client that can reach the API can make the server send
-HTTP requests to hosts only it can reach: ``localhost`` admin ports, services on the private network,
-cloud metadata endpoints (``http://169.254.169.254/``). The responses show MCP errors, so a client also
-learns whether such a host answers. Operators exposing the server beyond trusted clients should set
-``--mcp-allowed-hosts`` to the MCP servers they mean to offer. The check is on the URL's host name (and
-port, when the pattern names one); the SDK follows redirects only within the same origin, but a host name
-that the client controls can still resolve to a private address (DNS rebinding), so list host names you
-trust, not wildcards over domains others control.
+SSRF: an ``mcp`` tool makes *this server* open a connection to whatever ``server_url`` the client names,
+so hosts only this server can reach (``localhost`` admin ports, the private network, cloud metadata at
+``http://169.254.169.254/``) would be the client's to probe. Two modes:
+
+- **Default** (no ``--mcp-allowed-hosts``): public hosts only. A URL whose host is an internal IP literal
+  or a loopback name is a 400; a name is resolved when connecting and refused if any address is internal,
+  and the connection goes to the address that was checked (``_guard``: no DNS rebinding between check and
+  connect). Failures with such a host are one uniform error that never says what the host answered (a
+  closed port, a non-HTTP service and an HTTP service that is not MCP all read the same); the reason goes
+  to the server's log only.
+- **An allow list** (``--mcp-allowed-hosts``): only the listed hosts (and ports), and those are trusted:
+  connected to whatever they resolve to, internal or not, and their errors shown in detail. List host
+  names whose DNS you control; ``*`` trusts every host (the unguarded behaviour, for trusted networks only).
+
+A client's ``Host`` header is never sent (it would point a name-based proxy or virtual host elsewhere).
 
 Stdio servers are programs the operator names (``--mcp-server NAME=COMMAND ARGS…`` or ``--mcp-config
 FILE``); a request reaches one with ``"server_url": "stdio:NAME"``. Clients cannot start anything else.
@@ -24,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from ._guard import host_problem
 
 __all__ = [
     "DEFAULT_MCP_TIMEOUT",
@@ -54,8 +62,9 @@ class McpOptions:
     """The operator's MCP settings.
 
     Args:
-        allowed_hosts: host patterns MCP URLs may name (``example.com``, ``*.example.com`` for subdomains,
-            ``host:port`` for one port, ``*`` for any); None allows any host (see the module docstring).
+        allowed_hosts: host patterns MCP URLs may name, trusted wherever they resolve (``example.com``,
+            ``*.example.com`` for subdomains, ``host:port`` for one port, ``*`` for any); None allows
+            public hosts only, through the SSRF guard (see the module docstring).
         servers: named stdio servers.
         timeout: seconds for connecting and listing tools, and for each tool call.
     """
@@ -89,13 +98,24 @@ class McpOptions:
             return f"it is not a valid URL ({exc})"
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return "MCP servers are reached over http or https (or 'stdio:NAME' for a server configured by name)"
-        if self.allowed_hosts is None:
-            return None
         host = parts.hostname.lower()
+        if self.allowed_hosts is None:
+            problem = host_problem(host)
+            if problem is None:
+                return None
+            return (
+                f"host '{host}' is {problem}; this server reaches MCP servers on internal addresses only when "
+                "they are listed in --mcp-allowed-hosts"
+            )
         port = port or (443 if parts.scheme == "https" else 80)
         if any(_host_matches(pattern, host, port) for pattern in self.allowed_hosts):
             return None
         return f"host '{host}' is not among the MCP hosts this server may reach (--mcp-allowed-hosts)"
+
+    def trusts(self, url: str) -> bool:
+        """Whether the operator listed ``url``'s host (call after ``url_problem`` found nothing): a listed
+        host is connected to wherever it resolves, and its errors are shown in detail."""
+        return self.allowed_hosts is not None
 
 
 def _host_matches(pattern: str, host: str, port: int) -> bool:

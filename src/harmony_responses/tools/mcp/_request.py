@@ -228,10 +228,12 @@ def _target(tool: Mapping[str, Any], param: str, options: McpOptions) -> McpTarg
     problem = options.url_problem(url)
     if problem is not None:
         raise McpRequestError(f"Invalid '{param}.server_url': {problem}.", param=f"{param}.server_url")
-    headers = dict(tool.get("headers") or {})
+    # The Host header comes from the URL, never from the client: a forged one would send a name-based proxy
+    # or virtual host to a site the URL does not name (and past the host checks above).
+    headers = {k: v for k, v in (tool.get("headers") or {}).items() if k.lower() != "host"}
     if tool.get("authorization") and not any(k.lower() == "authorization" for k in headers):
         headers["Authorization"] = f"Bearer {tool['authorization']}"
-    return McpTarget(label=label, url=url, headers=tuple(headers.items()))
+    return McpTarget(label=label, url=url, headers=tuple(headers.items()), trusted=options.trusts(url))
 
 
 def _listed_in(history: Iterable[Any], label: str) -> list[dict[str, Any]] | None:
