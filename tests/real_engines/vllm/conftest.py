@@ -17,23 +17,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from harmony_responses.vocab import load_encoding
 
+from ..gateway import EngineProcess, Gateway, start_engine, start_gateway, wait_http
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON")
 VLLM_MODEL = os.environ.get("VLLM_MODEL")
 SERVED_MODEL = "tiny-gpt-oss"
@@ -53,12 +49,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def harmony(text: str) -> list[int]:
     return load_encoding().encode(text, allowed_special="all")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Script:
@@ -89,24 +79,22 @@ class VLLM:
     args: list[str]
     dir: Path
     env: dict[str, str] = field(default_factory=dict)
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    process: EngineProcess | None = None
     script: Script | None = None
     ready: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        assert self.process is not None
+        return self.process.url
 
     @property
     def log_path(self) -> Path:
         return self.dir / "executor.jsonl"
 
     def start(self) -> None:
-        self.port = free_port()
         self.script = Script(self.dir / "script.json")
         env = {
-            **os.environ,
             "VLLM_TARGET_DEVICE": "cpu",  # vLLM's CPU platform: the CUDA wheel without a GPU
             "PYTHONPATH": str(HERE),  # scripted_executor, for --distributed-executor-backend
             "HARMONY_VLLM_SCRIPT": str(self.script.path),
@@ -117,7 +105,7 @@ class VLLM:
             "TRANSFORMERS_OFFLINE": "1",
             **self.env,
         }
-        cmd = [
+        argv = [
             str(VLLM_PYTHON),
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -128,7 +116,7 @@ class VLLM:
             "--host",
             "127.0.0.1",
             "--port",
-            str(self.port),
+            "{port}",
             "--distributed-executor-backend",
             "scripted_executor.ScriptedExecutor",
             "--max-model-len",
@@ -136,27 +124,19 @@ class VLLM:
             "--enforce-eager",
             *self.args,
         ]
-        with (self.dir / "server.log").open("wb") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.dir)
+        # health=None: both servers load at once, and a gateway is started against one while it loads.
+        self.process = start_engine(argv, health=None, env=env, cwd=self.dir, log_dir=self.dir, name="vllm")
+
+    def is_ready(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            self.ready = self.ready or httpx.get(self.url + "/health", timeout=2).status_code == 200
+        return self.ready
 
     def wait_ready(self, timeout: float = VLLM_START_TIMEOUT) -> None:
-        if self.ready:
-            return
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM ({self.name}) exited with {self.proc.returncode}:\n{self.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    self.ready = True
-                    return
-            time.sleep(0.5)
-        raise RuntimeError(f"vLLM ({self.name}) not ready in {timeout:g} s:\n{self.tail()}")
-
-    def tail(self, lines: int = 40) -> str:
-        path = self.dir / "server.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        if not self.ready:
+            assert self.process is not None
+            wait_http(self.url + "/health", timeout=timeout, process=self.process.process, log=self.process.log)
+            self.ready = True
 
     def events(self, match: str | None = None, event: str | None = None) -> list[dict[str, Any]]:
         if not self.log_path.exists():
@@ -165,75 +145,8 @@ class VLLM:
         return [e for e in out if (match is None or e.get("match") == match) and (event is None or e["event"] == event)]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-@dataclass
-class Gateway:
-    """``harmony-responses serve`` in front of an engine, and the openai client for it."""
-
-    url: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def client(self, **kwargs: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120, **kwargs)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def start_gateway(engine_url: str, log: Path, *args: str, wait: bool = True, timeout: float = 60.0) -> Gateway:
-    port = free_port()
-    cmd = [
-        str(Path(sys.executable).with_name("harmony-responses")),
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--engine",
-        f"vllm:{engine_url}",
-        "--current-date",
-        "2026-12-01",
-        "--data-dir",
-        str(log.parent),
-        *args,
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    gateway = Gateway(f"http://127.0.0.1:{port}", proc, log)
-    if wait:
-        wait_gateway(gateway, timeout)
-    return gateway
-
-
-def wait_gateway(gateway: Gateway, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if gateway.proc.poll() is not None:
-            raise RuntimeError(f"harmony-responses exited with {gateway.proc.returncode}:\n{gateway.output()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(gateway.url + "/v1/models", timeout=2).status_code < 500:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"harmony-responses not ready in {timeout:g} s:\n{gateway.output()}")
-
-
-def stop_gateway(gateway: Gateway) -> None:
-    if gateway.proc.poll() is None:
-        gateway.proc.terminate()
-        try:
-            gateway.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            gateway.proc.kill()
-            gateway.proc.wait(10)
+        if self.process is not None:
+            self.process.stop(30.0)
 
 
 @pytest.fixture(scope="session")
@@ -273,12 +186,15 @@ class EarlyGateway:
 @pytest.fixture(scope="session", autouse=True)
 def early_gateway(vllm_servers: dict[str, VLLM], tmp_path_factory: pytest.TempPathFactory) -> Iterator[EarlyGateway]:
     server = vllm_servers["scale_out"]
-    with contextlib.suppress(httpx.HTTPError):
-        server.ready = httpx.get(server.url + "/health", timeout=2).status_code == 200
-    g = start_gateway(server.url, tmp_path_factory.mktemp("gw") / "serve.log", "--engine-start-wait", "300", wait=False)
-    early = EarlyGateway(g, server.ready)
-    yield early
-    stop_gateway(g)
+    was_ready = server.is_ready()
+    g = start_gateway(
+        f"vllm:{server.url}",
+        args=["--engine-start-wait", str(int(VLLM_START_TIMEOUT)), "--current-date", "2026-12-01"],
+        timeout=VLLM_START_TIMEOUT + 30,
+        log_dir=tmp_path_factory.mktemp("gw"),
+    )
+    yield EarlyGateway(g, was_ready)
+    g.stop()
 
 
 @pytest.fixture(scope="session")
@@ -295,13 +211,14 @@ def scale_out(vllm_servers: dict[str, VLLM]) -> VLLM:
 
 @pytest.fixture(scope="session")
 def gateway(completions: VLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    g = start_gateway(completions.url, tmp_path_factory.mktemp("gw") / "serve.log")
+    g = start_gateway(
+        f"vllm:{completions.url}", args=["--current-date", "2026-12-01"], log_dir=tmp_path_factory.mktemp("gw")
+    )
     yield g
-    stop_gateway(g)
+    g.stop()
 
 
 @pytest.fixture(scope="session")
 def gateway_generate(early_gateway: EarlyGateway, scale_out: VLLM) -> Gateway:
-    # The gateway started while the engine loaded serves the generate endpoint's tests.
-    wait_gateway(early_gateway.gateway, 60)
+    # The gateway started while its engine loaded serves the generate endpoint's tests.
     return early_gateway.gateway

@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 
-from .conftest import MAX_LOGPROBS, MAX_MODEL_LEN, VLLM, EarlyGateway, Gateway, harmony
+from ..gateway import Gateway
+from .conftest import MAX_LOGPROBS, MAX_MODEL_LEN, VLLM, EarlyGateway, harmony
 
 MODEL = "gpt-oss-20b"
 WEATHER = {
