@@ -248,9 +248,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         flag="--mcp-allowed-hosts",
         metavar="HOSTS",
-        help="comma-separated hosts that request MCP server_urls may reach (example.com, *.example.com, host:port, "
-        "*); default: any host, which lets every client make this server send requests to hosts only it can "
-        "reach (SSRF)",
+        help="comma-separated hosts that request MCP server_urls may reach, trusted wherever they resolve "
+        "(example.com, *.example.com, host:port, *: any); default: public hosts only (internal addresses are "
+        "refused, and errors do not say what a host answered)",
     ),
     Option(
         flag="--mcp-server",
