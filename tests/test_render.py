@@ -572,6 +572,34 @@ def test_reasoning_in_the_current_tool_turn_is_kept_and_parts_are_joined() -> No
     )
 
 
+def test_a_message_followed_by_a_call_is_a_preamble_with_or_without_phase() -> None:
+    """pydantic-ai, llm, llama-index and haystack resend a preamble without ``phase``: same prompt as with it."""
+    reasoning = {"type": "reasoning", "id": "rs_1", "content": [{"type": "reasoning_text", "text": "Need it."}]}
+    call = {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "a", "output": "1"}
+
+    def turn(preamble: dict[str, Any]) -> list[Any]:
+        return [{"role": "user", "content": "Go"}, reasoning, preamble, call, output]
+
+    with_phase = history_of(turn({"role": "assistant", "content": "Checking.", "phase": "commentary"}))
+    assert with_phase == (
+        user("Go")
+        + "<|start|>assistant<|channel|>analysis<|message|>Need it.<|end|>"
+        + "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>"
+        + "<|start|>assistant to=functions.f<|channel|>commentary <|constrain|>json<|message|>{}<|call|>"
+        + "<|start|>functions.f to=assistant<|channel|>commentary<|message|>1<|end|>"
+        + START
+    )
+    assert history_of(turn({"role": "assistant", "content": "Checking."})) == with_phase
+    parts = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]}
+    assert history_of(turn(parts)) == with_phase
+    # An explicit final_answer stays one (and its turn's reasoning goes), as does a message no call follows.
+    final = history_of(turn({"role": "assistant", "content": "Checking.", "phase": "final_answer"}))
+    assert "<|channel|>final<|message|>Checking." in final and "Need it." not in final
+    answered = history_of([{"role": "user", "content": "Go"}, reasoning, {"role": "assistant", "content": "Hi."}])
+    assert answered == user("Go") + "<|start|>assistant<|channel|>final<|message|>Hi.<|end|>" + START
+
+
 def test_web_search_calls_render_as_browser_calls() -> None:
     items = [
         {"role": "user", "content": "news?"},

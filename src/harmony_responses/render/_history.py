@@ -4,7 +4,11 @@ Owns the item mapping and the chain-of-thought rule:
 
 - ``message`` user → user message; assistant → ``final`` channel, or ``commentary`` for
   ``phase: "commentary"`` (preambles); system/developer → their text goes to the developer message's
-  instructions (collected here, rendered by ``_developer``).
+  instructions (collected here, rendered by ``_developer``). An assistant message without ``phase`` that a
+  tool call follows in the same turn (the next item that is not reasoning or another such message is a call)
+  is a preamble too: that is how the model wrote it, since a final answer ends the turn. pydantic-ai, llm,
+  llama-index and haystack resend preambles so, and rendering them as final answers would also drop the
+  turn's reasoning (below).
 - Text parts of one message (``input_text``/``output_text``/``text``, and ``refusal`` on assistant
   messages) are joined with ``"\\n"``, so that separately sent blocks (Codex sends its environment context
   and the prompt as separate parts) stay on separate lines; the same join applies to function outputs,
@@ -174,8 +178,41 @@ def _item_type(item: dict[str, Any], loc: Location) -> str:
     return kind
 
 
-def _is_final_assistant(item: dict[str, Any]) -> bool:
-    return item.get("role") == "assistant" and item.get("phase") != "commentary"
+# Items that are the assistant calling a tool: what follows a preamble in the same turn.
+_CALLS = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "web_search_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "mcp_approval_request",
+    }
+)
+
+
+def _preambles(typed: list[tuple[dict[str, Any], str, Location]]) -> set[int]:
+    """Indices of assistant messages that are preambles: ``phase: "commentary"``, or no phase and a call next."""
+    found: set[int] = set()
+    pending: list[int] = []  # phaseless assistant messages waiting to see what comes next
+    for index, (item, kind, _) in enumerate(typed):
+        if kind == "message" and item.get("role") == "assistant":
+            phase = item.get("phase")
+            if phase == "commentary":
+                found.add(index)
+            elif phase is None:
+                pending.append(index)
+                continue
+            else:
+                pending = []
+        elif kind == "reasoning":
+            continue
+        elif kind in _CALLS:
+            found.update(pending)
+            pending = []
+        else:
+            pending = []
+    return found
 
 
 def _reasoning_text(item: dict[str, Any]) -> str:
@@ -277,9 +314,11 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
         typed.append((item, _item_type(item, loc), loc))
 
     # Reasoning is kept only after the last user message or final answer: the unfinished turn.
+    preambles = _preambles(typed)
     open_turn_start = 0
     for index, (item, kind, _) in enumerate(typed):
-        if kind == "message" and (item.get("role") == "user" or _is_final_assistant(item)):
+        role = item.get("role") if kind == "message" else None
+        if role == "user" or (role == "assistant" and index not in preambles):
             open_turn_start = index + 1
 
     # MCP approvals: which requests were answered, and which approved calls already ran (an mcp_call names them).
@@ -309,7 +348,7 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
             elif role == "user":
                 history.messages.append(Message.from_role_and_content(Role.USER, text))
             else:
-                channel = "commentary" if item.get("phase") == "commentary" else "final"
+                channel = "commentary" if index in preambles else "final"
                 history.messages.append(_assistant(text, channel))
         elif kind == "reasoning":
             if index >= open_turn_start:
