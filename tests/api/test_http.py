@@ -102,7 +102,8 @@ def test_body_too_large(serve: Serve) -> None:
             yield b"x" * 500
         yield b'"}'
 
-    _error(httpx.post(f"{live.base_url}/responses", content=chunks()), 413, "request_too_large")
+    json_type = {"Content-Type": "application/json"}
+    _error(httpx.post(f"{live.base_url}/responses", content=chunks(), headers=json_type), 413, "request_too_large")
     assert post(live, {"model": MODEL, "input": "small"}).status_code == 200
 
 

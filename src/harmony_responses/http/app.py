@@ -26,6 +26,7 @@ from ..run import Server
 from .auth import BearerAuth
 from .errors import exception_handlers, json_response
 from .first_tokens import FirstTokensFirst
+from .hosts import LoopbackHosts
 from .responses import create_response
 from .stored import routes as stored_routes
 
@@ -62,13 +63,21 @@ async def health(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-def build_app(server: Server, *, api_keys: Sequence[str] = (), max_body_bytes: int) -> Starlette:
+def build_app(
+    server: Server,
+    *,
+    api_keys: Sequence[str] = (),
+    max_body_bytes: int,
+    loopback_hosts: Sequence[str] | None = None,
+) -> Starlette:
     """The ASGI app serving ``server``.
 
     Args:
         server: what the endpoints call; started and closed by the app's lifespan.
         api_keys: accepted bearer tokens; empty means no authentication.
         max_body_bytes: larger request bodies get 413.
+        loopback_hosts: for a server listening on a loopback address, the ``Host`` names it answers to
+            besides loopback ones (``hosts.LoopbackHosts``); None: any (not a loopback bind).
     """
 
     @contextlib.asynccontextmanager
@@ -79,7 +88,9 @@ def build_app(server: Server, *, api_keys: Sequence[str] = (), max_body_bytes: i
         finally:
             await server.aclose()
 
-    middleware = [Middleware(BearerAuth, keys=api_keys)] if api_keys else []
+    middleware = [Middleware(LoopbackHosts, allowed=loopback_hosts)] if loopback_hosts is not None else []
+    if api_keys:
+        middleware.append(Middleware(BearerAuth, keys=api_keys))
     routes = [
         # Requests count as starting until their first delta is out: the loop serves them first (run/turns.py).
         Route("/v1/responses", FirstTokensFirst(request_response(create_response)), methods=["POST"]),

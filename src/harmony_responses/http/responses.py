@@ -31,12 +31,30 @@ def _too_large(limit: int) -> APIError:
     return APIError(f"Request body too large: the limit is {limit} bytes.", status=413, code="request_too_large")
 
 
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").partition(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 async def read_json_body(request: Request, limit: int) -> Any:
     """The request's JSON body, read without ever holding more than ``limit`` bytes.
 
+    Only ``application/json`` bodies are read: a web page can send a form or ``text/plain`` to a local
+    server without the browser asking first (no CORS preflight), but not JSON.
+
     Raises:
-        APIError: 413 over the limit, 415 for a compressed body, 400 for a body that is not JSON.
+        APIError: 413 over the limit, 415 for a compressed body or one that is not JSON, 400 for a body
+            that does not parse.
     """
+    content_type = request.headers.get("content-type")
+    if not _is_json(content_type):
+        shown = content_type or "none"
+        raise APIError(
+            f"Unsupported content type: '{shown}'. This API method only accepts 'application/json' requests, but "
+            f"you specified the header 'Content-Type: {shown}'. Please try again with a supported content type.",
+            status=415,
+            code="unsupported_content_type",
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)

@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 
 from ..engine import Engine, engine_from_spec
 from ..http import build_app
+from ..http.hosts import is_loopback
 from ..request import configure_reasoning_key
 from ..run import Prompting, Server, StoredResponses
 from ..tools.browser import WebSearch, web_search_from_options
@@ -60,4 +61,9 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
         web_search=web_search if web_search is not None else web_search_from_config(config),
         mcp=config.mcp,
     )
-    return build_app(server, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes)
+    return build_app(
+        server,
+        api_keys=config.api_keys,
+        max_body_bytes=config.max_body_bytes,
+        loopback_hosts=config.allowed_hosts if is_loopback(config.host) else None,
+    )

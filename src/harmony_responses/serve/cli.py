@@ -53,6 +53,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         engine_start_wait=args.engine_start_wait,
         record=args.record,
         api_keys=tuple(args.api_keys or env_list(BY_NAME["api_keys"]) or ()),
+        allowed_hosts=tuple(args.allowed_hosts or env_list(BY_NAME["allowed_hosts"]) or ()),
         log_level=args.log_level,
         max_body_bytes=args.max_body_bytes,
         current_date=args.current_date,

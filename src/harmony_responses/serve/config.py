@@ -26,6 +26,7 @@ class Config:
         engine_stall_timeout, engine_max_connections, engine_start_wait, record: the engine's
             ``EngineOptions`` (``engine/_options.py`` says what each means).
         api_keys: accepted bearer tokens; empty means no authentication.
+        allowed_hosts: on a loopback ``host``, the ``Host`` names answered besides loopback ones (``*``: any).
         log_level: uvicorn's and our loggers' level.
         max_body_bytes: larger request bodies get 413.
         current_date: ``YYYY-MM-DD`` for the system message; None uses today's UTC date per request.
@@ -69,6 +70,7 @@ class Config:
     engine_start_wait: float = EngineOptions.start_wait
     record: str | None = None
     api_keys: tuple[str, ...] = field(default=(), repr=False)
+    allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     current_date: str | None = None
@@ -93,6 +95,7 @@ class Config:
         # Tuples, not lists: the value class is frozen and hashable all the way down.
         object.__setattr__(self, "models", tuple(self.models))
         object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
         assert self.models, "Config.models needs at least one model name"
         assert all(isinstance(m, str) and m for m in self.models), "model names must be non-empty strings"
         assert self.max_body_bytes > 0, "max_body_bytes must be positive"

@@ -212,6 +212,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="KEY",
         help="accept this bearer token; repeatable; none: no authentication",
     ),
+    Option(
+        flag="--allowed-host",
+        dest="allowed_hosts",
+        repeatable=True,
+        metavar="NAME",
+        help="on a loopback bind, also answer requests whose Host is NAME (a reverse proxy's name; '*': any); "
+        "other names get 400, so that a web page cannot reach the server through DNS rebinding; repeatable",
+    ),
     Option(flag="--log-level", type=_lower, choices=LOG_LEVELS, default="info", help="log level"),
     Option(
         flag="--context-window",
