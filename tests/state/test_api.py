@@ -164,6 +164,33 @@ def test_item_reference(serve: Serve) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["message"] == "Item with id 'msg_nope' not found."
 
 
+def test_reasoning_resent_by_id_comes_back_from_the_store_for_its_owner(serve: Serve, tmp_path: Any) -> None:
+    """LangChain streaming, LiteLLM and llm resend reasoning as ``{"type": "reasoning", "id": …}`` alone."""
+    engine = Recording(write_script(tmp_path / "calls.jsonl", [CALL_WEATHER, AFTER_CALL]).removeprefix("replay:"))
+    live = serve(engine, api_keys=("key-one", "key-two"))
+    one, two = openai_client(live, api_key="key-one"), openai_client(live, api_key="key-two")
+    question = {"role": "user", "content": "Weather in Paris?"}
+    first = one.responses.create(model=MODEL, input=[question], tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    reasoning, call = first.output[0], first.output[-1]
+    assert reasoning.type == "reasoning" and call.type == "function_call"
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"sunny": true}'}
+    bare = {"type": "reasoning", "id": reasoning.id, "summary": []}
+    turn = [question, bare, call.model_dump(exclude_none=True), result]
+
+    one.responses.create(model=MODEL, input=turn, tools=[WEATHER_TOOL])  # type: ignore[arg-type]
+    assert "<|channel|>analysis<|message|>Need the weather.<|end|>" in engine.prompts[-1]
+    # Another key's request names an item it cannot see: nothing is restored.
+    two.responses.create(model=MODEL, input=turn, tools=[WEATHER_TOOL])  # type: ignore[arg-type]
+    assert "Need the weather." not in engine.prompts[-1]
+    # Both resent copies are stored now (the same second as the original): a reference still names the
+    # item as the model wrote it, the first stored.
+    referenced = [question, {"type": "item_reference", "id": reasoning.id}, turn[2], result]
+    third = one.responses.create(model=MODEL, input=referenced, tools=[WEATHER_TOOL])  # type: ignore[arg-type]
+    assert "<|channel|>analysis<|message|>Need the weather.<|end|>" in engine.prompts[-1]
+    stored = one.responses.input_items.list(third.id, order="asc").data[1]
+    assert stored.type == "reasoning" and stored.content[0].text == "Need the weather."  # type: ignore[union-attr,index]
+
+
 def test_conversations(serve: Serve) -> None:
     live = serve([ANSWER, "<|channel|>final<|message|>Second.<|return|>"])
     client = openai_client(live)

@@ -6,7 +6,9 @@ items replaced by the stored items they name, and the prior items of ``previous_
 ``conversation`` put first in the input (rather than beside it) so that ``truncation: "auto"`` can drop
 them too, oldest turns first (run/fit.py works on ``input``). What the renderer reads
 (``ResponseRequest.model_request``) also has the reasoning this server sealed into ``encrypted_content``
-opened again, and ``web_search`` tools dropped when the server has no search backend.
+opened again, reasoning resent with its id alone (LangChain streaming, LiteLLM, llm send ``{"type":
+"reasoning", "id": …, "summary": []}``) filled in from the store when this owner stored it, and
+``web_search`` tools dropped when the server has no search backend.
 
 The stored items come through ``History``, which the layer that runs responses implements over the store
 (``run/stored.py``): this package reads the request and never the database.
@@ -128,6 +130,36 @@ def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search:
     return request
 
 
+def _has_text(item: Mapping[str, Any], key: str) -> bool:
+    parts = item.get(key)
+    return isinstance(parts, list) and any(isinstance(p, dict) and p.get("text") for p in parts)
+
+
+async def _restore_reasoning(items: list[Any], owner: str, history: History) -> list[Any]:
+    """Reasoning items of the open turn resent without their text, filled in from the stored item of that id.
+
+    Only the open turn's (after the last user message): the renderer keeps no other reasoning (harmony.md §6.2),
+    so looking the others up would cost a query each for nothing. A summary resent without the content does
+    not stop the lookup: the stored content is what the model wrote.
+    """
+    start = 0
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            start = index + 1
+    restored = list(items)
+    for index in range(start, len(items)):
+        item = items[index]
+        if not isinstance(item, dict) or item.get("type") != "reasoning" or _has_text(item, "content"):
+            continue
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or not item_id:
+            continue
+        found = await history.find_item(item_id, owner)
+        if found is not None and found.get("type") == "reasoning" and _has_text(found, "content"):
+            restored[index] = {**item, "content": found["content"]}
+    return restored
+
+
 async def read_request(
     body: Any,
     *,
@@ -167,6 +199,7 @@ async def read_request(
         if prior is None:
             raise APIError(f"Conversation with id '{conversation_id}' not found.", status=404, param="conversation")
     model_request = _for_render(dict(body, input=(prior or []) + items), sealer, web_search=web_search)
+    model_request["input"] = await _restore_reasoning(model_request["input"], owner, history)
     return ResponseRequest(
         body=body,
         options=options,
