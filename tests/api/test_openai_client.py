@@ -69,15 +69,20 @@ def test_parse_text_format(serve: Serve) -> None:
 def test_parse_mismatch_fails_clearly(serve: Serve) -> None:
     live = serve(['<|channel|>final<|message|>{"city": "Paris"}<|return|>'] * 2)
     client = openai_client(live)
-    response = client.responses.create(
-        model=MODEL,
-        input="Weather?",
-        text={"format": {"type": "json_schema", "name": "weather", "strict": True, "schema": _weather_schema()}},
-    )
-    assert response.status == "failed"
-    assert response.error is not None
-    assert "does not match the JSON schema 'weather'" in response.error.message
-    assert "'degrees' is a required property" in response.error.message
+    # Not streamed: an HTTP 500 with the reason (a 200 with status "failed" reads as success to many clients);
+    # the failed response is stored, and x-response-id names it.
+    with pytest.raises(openai.InternalServerError) as info:
+        client.responses.create(
+            model=MODEL,
+            input="Weather?",
+            text={"format": {"type": "json_schema", "name": "weather", "strict": True, "schema": _weather_schema()}},
+        )
+    assert "does not match the JSON schema 'weather'" in info.value.message
+    assert "'degrees' is a required property" in info.value.message
+    assert info.value.code == "server_error" and info.value.type == "server_error"
+    stored = client.responses.retrieve(info.value.response.headers["x-response-id"])
+    assert stored.status == "failed" and stored.error is not None
+    assert "'degrees' is a required property" in stored.error.message
     # Streaming: the error event reaches the client as an APIError with the same message. (The
     # ``text_format`` helpers parse the text client-side as soon as it is done, so there pydantic's
     # ValidationError comes first.)
@@ -171,9 +176,8 @@ def test_engine_error_fails_the_response(serve: Serve) -> None:
     line = {"harmony": "<|channel|>final<|message|>Hel", "error": "GPU on fire"}
     live = serve([line, line])
     client = openai_client(live)
-    response = client.responses.create(model=MODEL, input="Hi")
-    assert response.status == "failed"
-    assert response.error is not None and "GPU on fire" in response.error.message
+    with pytest.raises(openai.InternalServerError, match="GPU on fire"):
+        client.responses.create(model=MODEL, input="Hi")
     with pytest.raises(openai.APIError, match="GPU on fire"):
         for _ in client.responses.create(model=MODEL, input="Hi", stream=True):
             pass

@@ -7,7 +7,11 @@ Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that t
 - ``http.disconnect`` is watched in a sibling task for the whole run, streamed or not, and cancels the
   generation: the engine stream is closed at once (pitfalls.md #49);
 - the body ends right after the terminal event (Codex acts on completion only when the stream ends),
-  and each write holds whole events only (a chunk's events share one write).
+  and each write holds whole events only (a chunk's events share one write);
+- a response that fails without streaming is an HTTP 500 with the API's error body, as the API answers a
+  generation that fails, not a 200 whose ``status`` is ``failed``: many clients read a 200 as success
+  (llama-index and haystack showed empty text, Vercel's ``generateText`` "Invalid JSON response", the
+  openai SDK returns it without raising). The failed response is still stored; ``x-response-id`` names it.
 
 SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:`` line, no ``id:``.
 
@@ -26,6 +30,7 @@ from collections.abc import AsyncIterator
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from ..errors import APIError
 from ..run import ResponseRun, StoredRun
 from ..run.turns import Turns, end_start
 from ..sse import encode_event
@@ -198,7 +203,20 @@ class RunResponse:
             response = error_response(exc)
         else:
             final = self.run.final
-            response = json_response(final) if final is not None else error_response(RuntimeError("no final"))
+            if final is None:
+                response = error_response(RuntimeError("no final"))
+            elif final.get("status") == "failed":
+                error = final.get("error") or {}
+                failed = APIError(
+                    error.get("message") or "The response failed.",
+                    status=500,
+                    type="server_error",
+                    code=error.get("code") or "server_error",
+                    headers={"x-response-id": final["id"]},
+                )
+                response = json_response(failed.body(), failed.status, failed.headers)
+            else:
+                response = json_response(final)
         await response(scope, receive, send)
 
 
