@@ -135,7 +135,11 @@ class Translator:
         self._item: _Item | None = None
         self._tool_call: ToolCall | None = None
         self._header: list[int] = []
+        # The logprobs of the header's tokens, in step: header tokens that turn out to be headerless text
+        # (the model skipped its header) are an answer whose logprobs were asked for too.
+        self._header_lps: list[TokenLogprob | None] = []
         self._held: list[int] | None = None  # headerless text ended by <|end|>: the answer, or thinking?
+        self._held_lps: list[TokenLogprob | None] = []
         self._lost_header: str | None = None  # a header <|end|> closed, words lost: fails unless messages follow
         self._long_headerless = False  # the header buffer is past MAX_HEADER_TOKENS of plain text
         self._pending: deque[tuple[int, TokenLogprob | None, bool]] = deque()
@@ -206,6 +210,7 @@ class Translator:
             raise LocalProtocolError(f"can't start an engine call in state {self.state.value}")
         self.state = State.HEADER
         self._header = []
+        self._header_lps = []
 
     @property
     def pending_tool_call(self) -> ToolCall | None:
@@ -394,13 +399,13 @@ class Translator:
         self._queued = False
         if self._held is not None:
             held, self._held = self._held, None
-            self._flush_headerless("completed", held)
+            self._flush_headerless("completed", held, lps=self._held_lps)
         item = self._item
         if item is not None:
             self._close(item, "incomplete")
             self._tool_call = None
         elif self.state is State.HEADER and self._headerless_text(self._header) is not None:
-            self._flush_headerless("incomplete", self._header)
+            self._flush_headerless("incomplete", self._header, lps=self._header_lps)
         return True
 
     # ------------------------------------------------------------------ token processing
@@ -438,15 +443,17 @@ class Translator:
             self.state = next_state
         elif action is Action.HEADER_ADD:
             self._header.append(token)
+            self._header_lps.append(lp)
             self.state = next_state
             if len(self._header) > MAX_HEADER_TOKENS:
                 self._header_overflow(token)
         elif action is Action.HEADER_CHANNEL:
             if self._is_text_not_role():
                 # "Let me think<|channel|>…": a role is one word; several words are text the model went on past.
-                header, self._header = self._header, []
+                header, self._header, self._header_lps = self._header, [], []
                 self._flush_headerless("completed", header, answer=False)
             self._header.append(token)
+            self._header_lps.append(lp)
             self.state = next_state
             if len(self._header) > MAX_HEADER_TOKENS:
                 self._header_overflow(token)
@@ -481,17 +488,18 @@ class Translator:
                 self.state = State.STOPPED
                 return
             self._close(item, "completed")
-            self._header = [token] if action is Action.CLOSE_THEN_HEADER_WITH else []
+            with_token = action is Action.CLOSE_THEN_HEADER_WITH
+            self._header, self._header_lps = ([token], [lp]) if with_token else ([], [])
             self.state = next_state
         elif action is Action.HEADER_BEGIN:
-            self._header = []
+            self._header, self._header_lps = [], []
             self.state = next_state
         elif action is Action.HEADER_BEGIN_WITH:
-            self._header = [token]
+            self._header, self._header_lps = [token], [lp]
             self.state = next_state
         elif action is Action.HEADER_RESTART:
             self._flush_headerless("completed", self._header, answer=False)  # text the model went on past
-            self._header = []
+            self._header, self._header_lps = [], []
             self.state = next_state
         elif action is Action.HEADER_END:
             if _CHANNEL_TOKEN in self._header and self._header_would_lose_words():
@@ -507,9 +515,10 @@ class Translator:
                 self._lost_header = self._header_text()
             elif next_state is State.BETWEEN and self._headerless_text(self._header) is not None:
                 self._held = self._header  # the answer if the output ends here, thinking if it goes on
+                self._held_lps = self._header_lps
             else:
-                self._flush_headerless("completed", self._header)
-            self._header = []
+                self._flush_headerless("completed", self._header, lps=self._header_lps)
+            self._header, self._header_lps = [], []
             self.state = next_state
         else:  # pragma: no cover - the table has no other actions
             raise AssertionError(action)
@@ -608,18 +617,55 @@ class Translator:
             return False
         return len([word for word in text.split() if not word.startswith("to=")]) > 1
 
-    def _flush_headerless(self, status: str, tokens: list[int], *, answer: bool = True) -> None:
-        """Headerless text as an item of its own: the answer (the output ended with it) or reasoning."""
+    def _flush_headerless(
+        self,
+        status: str,
+        tokens: list[int],
+        *,
+        answer: bool = True,
+        lps: list[TokenLogprob | None] | None = None,
+    ) -> None:
+        """Headerless text as an item of its own: the answer (the output ended with it) or reasoning.
+
+        ``lps`` are the tokens' logprobs (an answer carries them, as any message does).
+        """
         text = self._headerless_text(tokens)
         if text is None:
             return
         if answer:
             item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+            if lps:
+                self._headerless_logprobs(item, tokens, lps, text)
         else:
             item = self._open_item(ItemKind.REASONING, None)
             self.reasoning_tokens += len(tokens)
         self._push_text(item, text)
         self._close(item, status)
+
+    def _headerless_logprobs(
+        self, item: _Item, tokens: list[int], lps: list[TokenLogprob | None], text: str | None = None
+    ) -> None:
+        """Queue the logprobs of headerless tokens on ``item`` (sent with its next delta).
+
+        ``text`` is what the tokens show: the tokens of a leading role word it dropped ("assistant") carry
+        no logprob entry, as the text has none of their bytes.
+        """
+        if item.logprobs is None:
+            return
+        skip = 0
+        if text is not None:
+            whole = sum(len(self._token_bytes[t]) for t in tokens)
+            skip = whole - len(text.encode("utf-8", "surrogatepass"))
+        for token, lp in zip(tokens, lps, strict=False):
+            size = len(self._token_bytes[token])
+            if 0 < size <= skip:  # wholly inside the dropped prefix (a token it shares keeps its entry)
+                skip -= size
+                continue
+            skip = 0
+            if lp is not None:
+                entry = self._logprob_entry(token, lp)
+                item.logprobs.append(entry)
+                item.pending_lp.append(entry)
 
     def _header_overflow(self, token: int) -> None:
         header = self._header
@@ -627,6 +673,7 @@ class Translator:
             self._long_headerless = self._headerless_text(header) is not None
         elif self._long_headerless and token >= FIRST_SPECIAL:
             header.pop()  # a stray <|constrain|> inside long plain text: skipped, as inside content
+            self._header_lps.pop()
             return
         if not self._long_headerless:
             self._model_error(
@@ -639,8 +686,10 @@ class Translator:
     def _stream_headerless(self) -> None:
         """Long text without any header: the model skipped the header; its text is streamed as the answer."""
         header, self._header = self._header, []
+        lps, self._header_lps = self._header_lps, []
         self._long_headerless = False
         item = self._open_item(ItemKind.MESSAGE, None, phase="final_answer")
+        self._headerless_logprobs(item, header, lps)
         # Decode through the item's incremental decoder, not _header_text(): the last header token may end
         # inside a multi-byte character that the next content token completes (it became U+FFFD before).
         text = "".join(self._decoder.decode(token) for token in header)
@@ -654,7 +703,7 @@ class Translator:
         text = self._header_text()
         header = parse_header(text, self._recipients.is_tool_name)
         header_tokens = len(self._header) + 1  # and <|message|>
-        self._header = []
+        self._header, self._header_lps = [], []
         if header.role is not None and (header.addressed_to_assistant or header.role in _OTHER_ROLES):
             # A tool result or a user/system turn written by the model itself: its own turn ended before this
             # (it should have stopped at <|call|> or <|return|>). What it wrote so far stands; the rest is
@@ -860,7 +909,7 @@ class Translator:
             return
         if self._held is not None:
             held, self._held = self._held, None
-            self._flush_headerless("completed", held)  # the output ended with it: the answer
+            self._flush_headerless("completed", held, lps=self._held_lps)  # the output ended with it: the answer
         item = self._item
         if state is State.AWAIT_TOOL and reason == "stop":
             return  # the engine stopped on the call: the caller runs the tool next
@@ -872,7 +921,7 @@ class Translator:
                 self._close(item, "completed")
             elif state is State.HEADER:
                 if self._headerless_text(self._header) is not None:
-                    self._flush_headerless("completed", self._header)
+                    self._flush_headerless("completed", self._header, lps=self._header_lps)
                 elif self._header and CHANNEL in self._header_text():
                     self._model_error(f"the model's output ended inside a message header: {self._header_text()!r}")
                     return
@@ -886,7 +935,7 @@ class Translator:
         if item is not None:
             self._close(item, "incomplete")
         elif state is State.HEADER and self._headerless_text(self._header) is not None:
-            self._flush_headerless("incomplete", self._header)
+            self._flush_headerless("incomplete", self._header, lps=self._header_lps)
         if reason == "error":
             self._fail(f"the engine failed: {message}" if message else "the engine failed mid-stream")
         elif state is State.STOPPED:
