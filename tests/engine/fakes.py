@@ -338,11 +338,30 @@ class VLLMFake(Fake):
 
 
 class SGLangFake(Fake):
-    """SGLang: native /generate with input_ids; cumulative output_ids unless ``incremental``."""
+    """SGLang 0.5.23: native /generate with input_ids; cumulative output_ids unless ``incremental``.
 
-    def __init__(self, *scenarios: Scenario, incremental: bool = False, **kwargs: Any) -> None:
+    As the real server answered (tests/real_engines/sglang): ``/detokenize`` skips special tokens unless
+    the body says ``skip_special_tokens: false`` (Harmony's come back as ""); ``/v1/models`` gives the
+    context as ``max_model_len``; a prompt or ``max_new_tokens`` over it is refused inside a 200 stream
+    (``{"error": {"message", "type", "code": 400, "retryable"}}`` then ``[DONE]``); the matched stop id
+    stays in ``output_ids`` (``include_stop=False`` plays an engine that trims it); finish reasons are
+    ``{"type": "stop", "matched"}``, ``{"type": "length", "length"}``, ``{"type": "abort", …}``; ``text``
+    and the logprob arrays follow ``output_ids`` (cumulative or not).
+    """
+
+    def __init__(
+        self,
+        *scenarios: Scenario,
+        incremental: bool = False,
+        context: int = 131072,
+        reports_context: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*scenarios, **kwargs)
         self.incremental = incremental
+        self.context = context
+        self.reports_context = reports_context  # False: /v1/models without max_model_len (the server cannot know)
+        self.detokenized: list[dict[str, Any]] = []  # /detokenize bodies
 
     def routes(self) -> list[Route]:
         return [
@@ -354,16 +373,35 @@ class SGLangFake(Fake):
         ]
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": self.model, "object": "model", "max_model_len": 131072}]}
-        )
+        model = {"id": self.model, "object": "model", "owned_by": "sglang", "root": self.model, "parent": None}
+        if self.reports_context:
+            model["max_model_len"] = self.context
+        return JSONResponse({"object": "list", "data": [model]})
+
+    def text(self, ids: list[int], skip_special: bool) -> str:
+        return self.detok([t for t in ids if t < 199998] if skip_special else ids)
 
     async def detokenize(self, request: Request) -> Response:
-        return JSONResponse({"text": self.detok((await request.json())["tokens"])})
+        body = await request.json()
+        self.detokenized.append(body)
+        return JSONResponse({"text": self.text(body["tokens"], body.get("skip_special_tokens", True) is not False)})
 
     async def abort(self, request: Request) -> Response:
         self.aborts.append((await request.json())["rid"])
-        return JSONResponse({})
+        return Response(b"", 200)
+
+    def refusal(self, prompt: int, budget: int) -> str | None:
+        """SGLang's tokenizer manager's validation message for a request over the context, if it is."""
+        if prompt >= self.context:
+            return f"The input ({prompt} tokens) is longer than the model's context length ({self.context} tokens)."
+        if prompt + budget > self.context:
+            return (
+                f"Requested token count exceeds the model's maximum context length of {self.context} tokens. "
+                f"You requested a total of {prompt + budget} tokens: {prompt} tokens from the input messages and "
+                f"{budget} tokens for the completion. Please reduce the number of tokens in the input messages "
+                "or the completion to fit within the limit."
+            )
+        return None
 
     async def generate(self, request: Request) -> Response:
         body = await request.json()
@@ -372,8 +410,18 @@ class SGLangFake(Fake):
         if s.status:
             return JSONResponse({"error": {"message": s.message}}, status_code=s.status)
         sampling, rid = body["sampling_params"], body["rid"]
+        refusal = self.refusal(len(body["input_ids"]), sampling.get("max_new_tokens", 128))
+        if refusal is not None:
+            error = {"message": refusal, "type": "invalid_request_error", "code": 400, "retryable": False}
+
+            async def refuse() -> AsyncIterator[bytes]:
+                yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(refuse(), media_type="text/event-stream")
         out, finish, matched = self.plan(s, sampling["stop_token_ids"], sampling["max_new_tokens"])
         top = body.get("top_logprobs_num") if body.get("return_logprob") else None
+        skip_special = sampling.get("skip_special_tokens", True) is not False
         so_far: list[int] = []
         lps: list[list[Any]] = []
         tops: list[list[list[Any]]] = []
@@ -397,18 +445,17 @@ class SGLangFake(Fake):
                 "id": rid,
                 "finish_reason": reason,
                 "prompt_tokens": len(body["input_ids"]),
+                "weight_version": "default",
+                "reasoning_tokens": 0,
                 "completion_tokens": len(so_far),
                 "cached_tokens": s.cached,
+                "cached_tokens_details": {"device": s.cached, "host": 0} if s.cached else None,
             }
             if top is not None:
                 meta["output_token_logprobs"] = new_lps if self.incremental else list(lps)
                 meta["output_top_logprobs"] = new_tops if self.incremental else list(tops)
             output = shown if self.incremental else list(so_far)
-            return {
-                "text": load_encoding().decode([t for t in output if t < 200000]),
-                "output_ids": output,
-                "meta_info": meta,
-            }
+            return {"text": self.text(output, skip_special), "output_ids": output, "meta_info": meta}
 
         return StreamingResponse(self.play(request, s, rid, out, encode, list), media_type="text/event-stream")
 

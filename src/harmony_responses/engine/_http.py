@@ -223,6 +223,11 @@ _BUDGET_OVER_CONTEXT = re.compile(
     r"(max_model_len|context length|context_len)\W+(?P<context>\d+)",
     re.I,
 )
+# SGLang's words for the same (its tokenizer manager, 0.5.23): "… maximum context length of 2048 tokens. You
+# requested a total of 131001 tokens: 2 tokens from the input messages and 130999 tokens for the completion."
+_SGLANG_BUDGET_OVER_CONTEXT = re.compile(
+    r"maximum context length of (?P<context>\d+) tokens\..*?(?P<budget>\d+) tokens for the completion", re.I | re.S
+)
 
 
 def refused(label: str, status: int | None, body: bytes | str | dict[str, Any]) -> EngineRefused:
@@ -244,7 +249,9 @@ def refused(label: str, status: int | None, body: bytes | str | dict[str, Any]) 
     code = status if status is not None else error_code(obj)
     where = f"HTTP {status}" if status is not None else "an error in the stream"
     client_fault = code is not None and 400 <= code < 500 and code not in (401, 403, 404, 408, 429)
-    budget = _BUDGET_OVER_CONTEXT.search(message) if client_fault else None
+    budget = (
+        (_BUDGET_OVER_CONTEXT.search(message) or _SGLANG_BUDGET_OVER_CONTEXT.search(message)) if client_fault else None
+    )
     if budget is not None:
         return EngineRefused(
             f"{label}: {where}: the output budget ({budget['budget']} tokens) is larger than the engine's context "

@@ -1,14 +1,24 @@
 """The ``sglang`` engine: SGLang's native ``POST /generate`` with ``input_ids`` (engines.md §3).
 
-``output_ids`` is cumulative by default and incremental with ``--incremental-streaming-output``; the
-reader tells them apart once, at the first chunk that can tell (``len(output_ids) ==
-meta_info.completion_tokens`` means cumulative, as SGLang's own Harmony code checks; without a count,
-whether the chunk repeats what we have), then slices cumulative chunks to deltas, logprobs alike.
-``no_stop_trim`` keeps the matched stop id in the output; when a version trims it anyway,
-``meta_info.finish_reason.matched`` says which it was. Cancelling calls ``POST /abort_request`` with the
-request's ``rid`` besides closing the connection. The ``text.format`` schema goes in
-``sampling_params.structural_tag``, starting at the final channel. Start-up check: ``/health``,
-``/v1/models`` and ``/detokenize``.
+Checked against SGLang 0.5.23's own HTTP server, tokenizer manager and detokenizer around a scripted
+scheduler (tests/real_engines/sglang). ``output_ids`` is cumulative by default and incremental with
+``--incremental-streaming-output``; the reader tells them apart once, at the first chunk that can tell
+(``len(output_ids) == meta_info.completion_tokens`` means cumulative, as SGLang's own Harmony code
+checks; without a count, whether the chunk repeats what we have), then slices cumulative chunks to
+deltas, logprobs alike. The matched stop id stays in ``output_ids`` (``no_stop_trim`` only keeps it in
+``text``); when a version trims it anyway, ``meta_info.finish_reason.matched`` says which it was.
+SGLang also stops on the model's eos ids (gpt-oss: ``<|endoftext|>`` too), reported as ``matched``.
+Cancelling calls ``POST /abort_request`` with the request's ``rid`` besides closing the connection
+(SGLang aborts on a closed connection as well; its abort matches the rid as a *prefix*).
+
+Sampling is sent in full (temperature 1, top_p 1, top_k -1 and min_p 0: off; no penalties): the server's
+``--preferred-sampling-params`` fills every field a request leaves out. Validation errors (a prompt or a
+``max_new_tokens`` over the context) come inside a 200 stream as ``{"error": {"message", "type",
+"code": 400}}``; ``refused`` maps them by their code. The ``text.format`` schema goes in
+``sampling_params.structural_tag``, starting at the final channel. Start-up check: ``/health`` (503 while
+the server warms up), ``/v1/models`` (the model name; its ``max_model_len`` becomes ``context_window``)
+and ``/detokenize`` with ``skip_special_tokens: false`` (SGLang's default, true, answers ``""`` for
+Harmony's special tokens).
 """
 
 from __future__ import annotations
@@ -21,7 +31,19 @@ from ..tokens import TokenChunk, TokenLogprob
 from ._base import EngineMismatch, EngineProtocolError
 from ._http import HARMONY_PROBE, HTTPEngine, StreamReader, _logprob, final_channel_tag, max_new_tokens, token_ids
 
-__all__ = ["SGLangEngine"]
+__all__ = ["PLAIN_SAMPLING", "SGLangEngine"]
+
+# The API's sampling meaning, said explicitly: what SGLang would otherwise take from
+# --preferred-sampling-params. top_k -1 is SGLang's "whole vocabulary".
+PLAIN_SAMPLING: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+}
 
 
 class _Reader(StreamReader):
@@ -111,6 +133,7 @@ class SGLangEngine(HTTPEngine):
             "stop_token_ids": list(request.stop_token_ids),
             "skip_special_tokens": False,
             "no_stop_trim": True,
+            **PLAIN_SAMPLING,
         }
         if request.temperature is not None:
             sampling["temperature"] = request.temperature
@@ -138,7 +161,8 @@ class SGLangEngine(HTTPEngine):
         await self.get_ok("/health")
         await self.pick_listed_model()
         ids, _ = HARMONY_PROBE
-        detokenized = await self.post_json("/detokenize", {"tokens": ids})
+        # skip_special_tokens defaults to true there: Harmony's tokens would come back as "".
+        detokenized = await self.post_json("/detokenize", {"tokens": ids, "skip_special_tokens": False})
         text = detokenized.get("text") if isinstance(detokenized, dict) else None
         if text is None:
             raise EngineMismatch(f"{self.label}: /detokenize answered {detokenized!r}, not {{'text': …}}")
