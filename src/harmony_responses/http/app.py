@@ -69,6 +69,7 @@ def build_app(
     api_keys: Sequence[str] = (),
     max_body_bytes: int,
     loopback_hosts: Sequence[str] | None = None,
+    body_timeout: float = 60.0,
 ) -> Starlette:
     """The ASGI app serving ``server``.
 
@@ -78,6 +79,7 @@ def build_app(
         max_body_bytes: larger request bodies get 413.
         loopback_hosts: for a server listening on a loopback address, the ``Host`` names it answers to
             besides loopback ones (``hosts.LoopbackHosts``); None: any (not a loopback bind).
+        body_timeout: seconds a client may take to send a request's body (then 408).
     """
 
     @contextlib.asynccontextmanager
@@ -105,4 +107,5 @@ def build_app(
     app.state.server = server
     app.state.keyed = bool(api_keys)
     app.state.max_body_bytes = max_body_bytes
+    app.state.body_timeout = body_timeout
     return app

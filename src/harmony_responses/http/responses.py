@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp
@@ -68,13 +69,21 @@ async def read_json_body(request: Request, limit: int) -> Any:
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
+        # A trickled body would otherwise hold its connection and its task for good.
+        with anyio.fail_after(request.app.state.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
     except ClientDisconnect:
         raise APIError("The client disconnected before sending the whole request body.") from None
+    except TimeoutError:
+        raise APIError(
+            f"The request body was not received within {request.app.state.body_timeout:g} seconds.",
+            status=408,
+            code="timeout",
+        ) from None
     try:
         return orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:

@@ -66,4 +66,5 @@ def create_app(config: Config, *, engine: Engine | None = None, web_search: WebS
         api_keys=config.api_keys,
         max_body_bytes=config.max_body_bytes,
         loopback_hosts=config.allowed_hosts if is_loopback(config.host) else None,
+        body_timeout=config.body_timeout,
     )

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import uvicorn
 
 from ..engine import engine_from_spec
+from ..http.connection import api_http_protocol
 from ..store import describe_store
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
@@ -56,6 +57,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         allowed_hosts=tuple(args.allowed_hosts or env_list(BY_NAME["allowed_hosts"]) or ()),
         log_level=args.log_level,
         max_body_bytes=args.max_body_bytes,
+        head_timeout=args.head_timeout,
+        body_timeout=args.body_timeout,
         current_date=args.current_date,
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
@@ -155,7 +158,14 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         print(banner(config, engine.describe(), host, port, search), file=out, flush=True)
 
     server = _Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="on"),
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level=config.log_level,
+            lifespan="on",
+            http=api_http_protocol(config.head_timeout),
+        ),
         on_listening,
     )
     try:

@@ -233,6 +233,20 @@ OPTIONS: tuple[Option, ...] = (
         default=str(DEFAULT_MAX_BODY_BYTES),
         help="larger request bodies get 413",
     ),
+    Option(
+        flag="--head-timeout",
+        type=_seconds,
+        default="20",
+        metavar="SECONDS",
+        help="close a connection whose request headers take longer than this to arrive",
+    ),
+    Option(
+        flag="--body-timeout",
+        type=_seconds,
+        default="60",
+        metavar="SECONDS",
+        help="answer 408 to a request whose body takes longer than this to arrive",
+    ),
     Option(flag="--current-date", metavar="YYYY-MM-DD", help="date written into every prompt (default: today, UTC)"),
     Option(
         flag="--knowledge-cutoff",

@@ -1,0 +1,87 @@
+"""The HTTP/1.1 connection: uvicorn's httptools protocol, with the API's JSON for framing errors and a bound
+on how long a request's head may take.
+
+uvicorn answers a request it cannot parse (a bad ``Content-Length``, both ``Content-Length`` and
+``Transfer-Encoding``, TLS sent to the plain port, an overlong URL) with a plain-text 400; here it is the
+API's error object, like every other answer. uvicorn bounds the idle time between requests but not the
+time a client takes to send a request's head: 300 half-sent requests stayed open for good, before any
+authentication. A connection whose head is not complete within ``HEAD_TIMEOUT`` is closed. (The body's
+read time is bounded by the endpoint: ``responses.read_json_body``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ..errors import APIError
+
+__all__ = ["HEAD_TIMEOUT", "ApiHttpProtocol", "api_http_protocol"]
+
+# Seconds from a connection's start (or from a new request's first byte on a kept-alive connection) to the
+# end of the request's headers: generous for any real client, short for a slowloris.
+HEAD_TIMEOUT = 20.0
+
+
+class ApiHttpProtocol(HttpToolsProtocol):
+    """``uvicorn.Config(http=ApiHttpProtocol)``: see the module docstring."""
+
+    head_timeout = HEAD_TIMEOUT
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        body = orjson.dumps(APIError(f"{msg} The request could not be parsed as HTTP/1.1.").body())
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:
+            head.extend([name, b": ", value, b"\r\n"])
+        head.extend(
+            [
+                b"content-type: application/json\r\n",
+                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+                b"connection: close\r\n",
+                b"\r\n",
+            ]
+        )
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+def api_http_protocol(head_timeout: float = HEAD_TIMEOUT) -> type[ApiHttpProtocol]:
+    """The protocol class for ``uvicorn.Config(http=…)`` with its own bound on a request's head."""
+    return type("ApiHttpProtocol", (ApiHttpProtocol,), {"head_timeout": head_timeout})
