@@ -55,6 +55,10 @@ class Scenario:
     status: int | None = None  # answer this HTTP status before any stream
     message: str = "bad request"
     error_after: int | None = None  # send an error object after this many tokens
+    # The error object's message and code: vLLM and SGLang refuse a request admitted already (logprobs over
+    # the engine's maximum, a prompt over its context) with code 400 inside the HTTP 200 stream.
+    error_message: str = CUDA
+    error_code: int = 500
     drop_after: int | None = None  # cut the connection after this many tokens
     garbage_after: int | None = None  # send a line that is not JSON after this many tokens
     stall_after: int | None = None  # go silent after this many tokens (until the client leaves)
@@ -116,7 +120,8 @@ class Fake:
                 ):
                     if trigger is not None and sent >= trigger:
                         if what == "error":
-                            yield b"data: " + orjson.dumps({"error": {"message": CUDA, "code": 500}}) + b"\n\n"
+                            error = {"message": s.error_message, "type": "BadRequestError", "code": s.error_code}
+                            yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
                             finished = True
                             return
                         if what == "drop":

@@ -122,6 +122,34 @@ def test_engine_errors_become_openai_errors() -> None:
     assert isinstance(other, EngineRefused) and other.status_hint == 503 and "HTTP 400: <html>nope</html>" in str(other)
 
 
+def test_an_output_budget_over_the_engines_context_is_said_so() -> None:
+    # vLLM 0.33's words when max_tokens > max_model_len: not a prompt that is too long.
+    body = (
+        b'{"error":{"message":"max_tokens=130999 cannot be greater than max_model_len=4096. Please request fewer '
+        b'output tokens. (parameter=max_tokens, value=130999)","type":"BadRequestError","param":"max_tokens",'
+        b'"code":400}}'
+    )
+    error = to_api_error(refused("vllm at u", 400, body))
+    assert (error.status, error.code) == (400, "invalid_request_error")
+    assert "the output budget (130999 tokens) is larger than the engine's context (4096 tokens)" in error.message
+    assert "--context-window 4096" in error.message
+
+
+def test_error_objects_in_a_stream_map_by_their_code() -> None:
+    logprobs = {
+        "error": {"message": "Requested sample logprobs of 8, which is greater than max allowed: 5", "code": 400}
+    }
+    assert (refused("e", None, logprobs).status_hint, refused("e", None, logprobs).code_hint) == (
+        400,
+        "invalid_request_error",
+    )
+    context = {"error": {"message": "The input (9000 tokens) is longer than the model's context length", "code": 400}}
+    assert refused("e", None, context).code_hint == "context_length_exceeded"
+    crash = {"error": {"message": "CUDA error", "code": 500}}
+    assert refused("e", None, crash).status_hint == 503
+    assert refused("e", None, {"object": "error", "message": "no code at all"}).status_hint == 503
+
+
 # ------------------------------------------------------------------------------ stop ids
 
 PROMPT = harmony("<|start|>user<|message|>Hi<|end|><|start|>assistant")

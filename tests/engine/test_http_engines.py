@@ -188,6 +188,26 @@ def test_vllm_sends_plain_sampling_and_stops_cleanly_on_endoftext() -> None:
 
 
 @pytest.mark.parametrize("kind", ENGINES)
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ("Requested sample logprobs of 8, which is greater than max allowed: 5", "invalid_request_error"),
+        ("The input (5000 tokens) is longer than the model's context length (4096 tokens).", "context_length_exceeded"),
+    ],
+)
+def test_error_object_with_code_400_before_the_first_token_is_the_clients_400(
+    kind: str, message: str, code: str
+) -> None:
+    # As vLLM (after admission) and SGLang (validation) send them: HTTP 200, then data: {"error": {..., 400}}.
+    scenario = Scenario(tokens=HELLO, error_after=0, error_message=message, error_code=400)
+    with stack(kind, fake_for(kind, scenario)) as s:
+        with s.client() as client, pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model=MODEL, input="Hi", stream=True)
+    assert info.value.status_code == 400 and info.value.code == code
+    assert message in info.value.message
+
+
+@pytest.mark.parametrize("kind", ENGINES)
 @pytest.mark.parametrize("status", [400, 500, 503])
 def test_http_error_before_the_stream_is_503(kind: str, status: int) -> None:
     with stack(kind, fake_for(kind, Scenario(status=status, message="the engine says no"))) as s:

@@ -102,7 +102,7 @@ def test_a_slow_reader_slows_only_its_own_stream() -> None:
         # events kept in memory up to the response's size: run/live.py.)
         body = orjson.dumps({"model": MODEL, "input": "Hi", "stream": True, "store": False})
         slow.sendall(
-            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
