@@ -124,3 +124,13 @@ def test_a_valid_web_search_tool_is_echoed_in_the_clients_own_types(serve: Any) 
     created = events[0].response  # type: ignore[union-attr]
     Response.model_validate(created.model_dump())  # strict validation, not the client's lenient construct
     assert created.tools[0].type == "web_search"
+
+
+def test_a_request_of_more_items_than_any_context_holds_is_refused_at_once(serve: Any) -> None:
+    # 100,000 tiny messages (4 MB) kept the event loop busy for 20 s; no context window holds that many.
+    live = serve(ANSWER)
+    body = {"model": MODEL, "input": [{"role": "user", "content": "x"}] * 100_000}
+    response = httpx.post(f"{live.root}/v1/responses", json=body, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == ("input", "array_above_max_length")

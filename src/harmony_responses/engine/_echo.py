@@ -18,10 +18,12 @@ special token cannot turn into one.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..offload import offload
 from ..vocab import load_encoding
 from ._base import Engine, EngineStream, GenerateRequest
 from ._play import play
@@ -29,6 +31,8 @@ from ._play import play
 __all__ = ["EchoEngine"]
 
 _START, _END, _MESSAGE, _CALL, _RETURN = 200006, 200007, 200008, 200012, 200002
+# Prompts longer than this are read in a worker thread.
+INLINE_PROMPT_TOKENS = 20_000
 
 _FINAL_HEADER = "<|start|>assistant<|channel|>final<|message|>"
 _ANALYSIS_USER = "The user wrote a message; I will echo it back."
@@ -156,10 +160,22 @@ class EchoEngine(Engine):
     name = "echo"
 
     def generate(self, request: GenerateRequest) -> EngineStream:
-        continuation = continue_prompt(request.prompt_ids)
+        return self._generate(request)
+
+    async def _generate(self, request: GenerateRequest) -> EngineStream:
+        if len(request.prompt_ids) > INLINE_PROMPT_TOKENS:
+            # Reading a long prompt takes milliseconds per thousand messages: not on the event loop, which
+            # every other stream shares (a real engine does this work in its own process).
+            continuation = await offload(continue_prompt, request.prompt_ids)
+        else:
+            continuation = continue_prompt(request.prompt_ids)
         if isinstance(continuation, str):
-            return play((), request, finish="error", message=f"echo engine: {continuation}")
-        return play(continuation, request, finish="stop")
+            stream = play((), request, finish="error", message=f"echo engine: {continuation}")
+        else:
+            stream = play(continuation, request, finish="stop")
+        async with contextlib.aclosing(stream):
+            async for item in stream:
+                yield item
 
     def describe(self) -> str:
         return (

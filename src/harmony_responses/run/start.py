@@ -15,12 +15,12 @@ import logging
 import time
 from typing import Any
 
-import anyio.to_thread
 import orjson
 
 from ..engine import Engine, GenerateRequest
 from ..errors import APIError
 from ..ids import random_id
+from ..offload import offload
 from ..render import RenderError, render_request
 from ..request import ReasoningSealer, ResponseRequest
 from ..tool_types import is_web_search
@@ -173,7 +173,7 @@ async def build_run(
         # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
         # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
         # back every switch interval instead of waiting for the whole render.)
-        rendered = await anyio.to_thread.run_sync(render)
+        rendered = await offload(render)
     try:
         mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
     except McpRequestError as exc:
