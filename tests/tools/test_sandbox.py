@@ -24,6 +24,7 @@ from harmony_responses.tools.code_interpreter import (
     ContainerManager,
     Sandbox,
     SandboxLimits,
+    _cgroup,
     probe_sandbox,
 )
 from harmony_responses.tools.code_interpreter import _sandbox as sandbox_module
@@ -38,6 +39,7 @@ LIMITS = SandboxLimits(
     processes=16,
     output_bytes=4096,
     disk_bytes=8 * 1024 * 1024,
+    shm_bytes=2 * 1024 * 1024,
     file_bytes=4 * 1024 * 1024,
     grace_seconds=1,
 )
@@ -154,6 +156,118 @@ def test_the_runtime_is_read_only_and_the_work_dir_is_private_and_capped() -> No
     assert readonly.status == "error" and "Read-only file system" in readonly.output
     assert full.status == "error" and "No space left on device" in full.output  # /mnt/data: an 8 MiB tmpfs
     assert big.status == "error" and "File too large" in big.output  # RLIMIT_FSIZE: 4 MiB
+
+
+def test_every_writable_place_is_a_capped_mount() -> None:
+    # Before: / and /dev/shm were writable tmpfs without a size (half the host's memory each).
+    code = (
+        "import os\n"
+        "mounts = []\n"
+        "for line in open('/proc/self/mountinfo'):\n"
+        "    left, _, right = line.partition(' - ')\n"
+        "    fields, tail = left.split(), right.split()\n"
+        "    mounts.append((fields[4], fields[5].split(',')[0], tail[0], tail[2]))\n"
+        "print(mounts)\n"
+        "for path in ['/x', '/dev/x', '/mnt/x', '/etc/x']:\n"
+        "    try:\n"
+        "        open(path, 'w')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as exc:\n"
+        "        print(exc.strerror)\n"
+        "try:\n"
+        "    with open('/dev/shm/fill', 'wb') as f:\n"
+        "        f.write(bytes(3 * 1024 * 1024))\n"
+        "except OSError as exc:\n"
+        "    print(exc.strerror)\n"
+    )
+    (result,) = run_cells(code)
+    mounts, *refusals, error = result.output.strip().splitlines()
+    writable = {point: (kind, options) for point, access, kind, options in eval(mounts) if access == "rw"}
+    # Writable: the capped tmpfs mounts, and kernel file systems that hold no files (/proc, devpts, devices).
+    for point, (kind, options) in writable.items():
+        assert kind in ("proc", "devpts", "devtmpfs") or (kind == "tmpfs" and "size=" in options), (point, options)
+    tmpfs = {point: options for point, (kind, options) in writable.items() if kind == "tmpfs"}
+    assert sorted(tmpfs) == ["/dev/shm", "/mnt/data", "/tmp"]
+    assert "size=2048k" in tmpfs["/dev/shm"] and "size=8192k" in tmpfs["/tmp"]
+    assert refusals == ["Read-only file system"] * 4
+    assert error == "No space left on device"  # /dev/shm: 2 MiB
+
+
+def test_processes_a_cell_starts_end_with_the_cell() -> None:
+    seen: dict[str, Any] = {}
+
+    def during(sandbox: Sandbox) -> None:
+        if sandbox.uid is not None:
+            seen["host"] = len(_uid_processes(sandbox.uid))
+
+    started, listed = run_cells(
+        "import os, subprocess\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"
+        "if os.fork() == 0:\n"  # a daemon: its own session, reparented away from the REPL
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        import time\n"
+        "        time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "import time\n"
+        "time.sleep(0.2)\n"
+        "print(len([p for p in os.listdir('/proc') if p.isdigit()]))\n",
+        "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), os.getpid())",
+        check=during,
+    )
+    assert int(started.output) >= 4  # bwrap's init, the REPL, sleep and the daemon were all running
+    pids, driver = listed.output.rsplit(" ", 1)
+    assert eval(pids) == [1, int(driver)]  # before: sleep and the daemon were still there
+    if "host" in seen:
+        assert seen["host"] == 3  # seen from the host: bwrap, its init and the REPL, nothing else
+
+
+def test_memory_is_bounded_for_the_sandbox_as_a_whole() -> None:
+    support = _cgroup.cgroup_support()
+    if not support.available:
+        pytest.skip(f"no cgroup for sandboxes on this host ({support.reason}): memory is bounded per process only")
+    peaks: list[int | None] = []
+
+    def during(sandbox: Sandbox) -> None:
+        assert sandbox.cgroup is not None
+        peaks.append(sandbox.cgroup.memory_peak())
+
+    # Three children of 200 MiB each, in a sandbox of 512 MiB (before: 1 GiB per process, so all held on).
+    code = (
+        "import subprocess, sys\n"
+        "hold = \"import time; b = b'\\\\x01' * (200 << 20); print('held', flush=True); time.sleep(2)\"\n"
+        "children = [subprocess.Popen([sys.executable, '-c', hold]) for _ in range(3)]\n"
+        "print([c.wait() for c in children])\n"
+    )
+    limits = dataclasses.replace(LIMITS, wall_seconds=20, cpu_seconds=20, memory_bytes=300 * 1024 * 1024)
+    result, after = run_cells(code, "print('alive')", limits=limits, check=during)
+    assert result.status == "ok", result.output
+    codes = eval(result.output.strip().splitlines()[-1])
+    assert -9 in codes and codes.count(0) < 3  # the cgroup's OOM killer ended what did not fit
+    assert peaks[0] is not None and peaks[0] <= limits.memory_bytes
+    assert after.output == "alive\n"
+
+
+def test_cgroup_v2_limits_are_written_where_the_kernel_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This host may offer only v1 (or nothing): the v2 layout is checked on a directory that mimics it.
+    base = tmp_path / "service"
+    base.mkdir()
+    (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (base / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    monkeypatch.setattr(_cgroup, "_mounts", lambda: [("cgroup2", tmp_path, "/", {"rw"})])
+    monkeypatch.setattr(_cgroup, "_own_cgroups", lambda: {"": "/service"})
+    support = _cgroup._probe()
+    assert support.available and support.describe().startswith("cgroup v2 (cpu, memory, pids)")
+    cgroup = support.create(memory_bytes=300 * 1024 * 1024, pids=19, cpus=0.5)
+    (path,) = cgroup.paths
+    assert path.parent == base and path.name.startswith(_cgroup.PREFIX)
+    assert (path / "memory.max").read_text() == str(300 * 1024 * 1024)
+    assert (path / "pids.max").read_text() == "19" and (path / "cpu.max").read_text() == "50000 100000"
+    assert cgroup.procs == (str(path / "cgroup.procs"),)
+    (base / "cgroup.controllers").write_text("cpu io\n")  # memory and pids not offered: no cgroup
+    assert not _cgroup._probe().available
 
 
 def test_no_other_process_of_the_host_is_visible() -> None:

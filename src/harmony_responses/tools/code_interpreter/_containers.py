@@ -28,6 +28,7 @@ import anyio.to_thread
 
 from ...ids import random_id
 from .._base import ToolCall, ToolResult, ToolSession
+from ._cgroup import cgroup_support
 from ._sandbox import CellResult, Sandbox, SandboxLimits, SandboxUnavailable, probe_sandbox
 
 __all__ = [
@@ -156,6 +157,15 @@ class ContainerManager:
 
     async def _run_probe(self) -> None:
         self.unavailable = await anyio.to_thread.run_sync(probe_sandbox, self.python)
+        cgroups = await anyio.to_thread.run_sync(cgroup_support)
+        if cgroups.available:
+            logger.info("code interpreter: each sandbox gets its own %s", cgroups.describe())
+        else:
+            logger.warning(
+                "code interpreter: %s: sandboxes are bounded per process (memory, CPU time), per uid (processes) "
+                "and per mount (disk), not as a whole",
+                cgroups.describe(),
+            )
         if self.unavailable is None:
             return
         if self.unsafe:

@@ -5,7 +5,8 @@ This file is not imported by the server: its source is handed to the sandbox's `
 
 Protocol (file descriptors set up by the host):
 
-- argv: ``WORKDIR CMD_FD REPLY_FD``.
+- argv: ``WORKDIR CMD_FD REPLY_FD SCOPE``; SCOPE says which processes are the cells' (see below):
+  ``namespace`` (bwrap: the driver's own PID namespace) or ``session`` (unsafe mode: the driver's session).
 - CMD_FD: commands, host → driver: 4-byte big-endian length + UTF-8 JSON ``{"code": str, "cpu": seconds,
   "wall": seconds}``.
 - REPLY_FD: replies, driver → host: the same framing, ``{"status": "ok" | "error" | "timeout" | "cpu"}``,
@@ -18,6 +19,10 @@ Limits the driver enforces itself, so that a cell that overruns loses only that 
 state: wall time (SIGALRM raises ``TimeoutError`` in the cell) and CPU time (the soft RLIMIT_CPU is moved
 to "used so far + this cell's allowance"; SIGXCPU raises in the cell). The host keeps a harder deadline
 and kills the whole sandbox if a cell ignores these.
+
+Processes a cell starts end with the cell: before replying, the driver kills every other process of the
+sandbox (in the PID namespace, all but bwrap's init and itself; unsafe, those of its session). Threads of
+the REPL itself are kept, as a notebook keeps them.
 """
 
 import ast
@@ -28,9 +33,11 @@ import resource
 import signal
 import struct
 import sys
+import time
 import traceback
 
 CMD_FD = REPLY_FD = -1  # set from argv by main()
+SCOPE = "namespace"
 
 
 class _CellTimeout(BaseException):
@@ -94,6 +101,52 @@ def _print_traceback(exc, skip):
     traceback.print_exception(type(exc), exc, tb)
 
 
+def _leftovers():
+    """The live processes of the sandbox other than this one (and, in a PID namespace, its init)."""
+    me = os.getpid()
+    session = os.getsid(0)
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid == me or (SCOPE == "namespace" and pid == 1):
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):  # already dead, waiting to be reaped
+            continue
+        if SCOPE == "session" and int(fields[3]) != session:
+            continue  # unsafe mode: only what our session started is ours to end
+        found.append(pid)
+    return found
+
+
+def _end_leftovers():
+    """Kill what the cell started (a process may fork while we look: repeat until none is left)."""
+    for _ in range(100):
+        pids = _leftovers()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:  # reap our own children, so that they do not linger as zombies
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not pids:
+            return
+        time.sleep(0.002)
+
+
 def _run_cell(code, number, namespace):
     filename = f"<cell {number}>"
     # Registered so that tracebacks show the cell's source lines.
@@ -128,8 +181,9 @@ def _run_cell(code, number, namespace):
 
 
 def main():
-    global CMD_FD, REPLY_FD
+    global CMD_FD, REPLY_FD, SCOPE
     workdir, CMD_FD, REPLY_FD = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    SCOPE = sys.argv[4] if len(sys.argv) > 4 else "namespace"
     for fd in (CMD_FD, REPLY_FD):
         os.set_inheritable(fd, False)  # user code's subprocesses must not talk to the host
     null = os.open(os.devnull, os.O_RDONLY)
@@ -154,6 +208,10 @@ def main():
             status = "timeout" if isinstance(exc, _CellTimeout) else "cpu"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            _end_leftovers()
+        except (Exception, _CellTimeout, _CellCPU):  # never lose the REPL over its cleanup: the host's bounds remain
+            pass
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -6,9 +6,11 @@ Isolation (``bwrap``, Debian package ``bubblewrap``):
   loopback), its own PID tree (killing the sandbox kills every process in it), IPC, UTS and user namespace,
   no further user namespaces inside (``--disable-userns``);
 - a minimal filesystem: ``/usr`` and the ``/lib*``, ``/bin`` links read-only (the Python runtime and its
-  libraries), a few ``/etc`` files the runtime reads, a fresh ``/proc`` and ``/dev``, and size-capped tmpfs
-  for ``/tmp`` and ``/mnt/data`` (the private working directory). Nothing else of the host: not the
-  server's code or data (``/work``, ``/root``, ``/home``), not its environment (``--clearenv``);
+  libraries), a few ``/etc`` files the runtime reads, a fresh ``/proc`` and ``/dev``. The root and ``/dev``
+  are remounted read-only once set up, so the only writable places are the size-capped tmpfs mounts:
+  ``/tmp`` and ``/mnt/data`` (the private working directory, ``disk_bytes`` each) and ``/dev/shm``
+  (``shm_bytes``). Nothing else of the host: not the server's code or data (``/work``, ``/root``,
+  ``/home``), not its environment (``--clearenv``);
 - ``--die-with-parent`` and ``--new-session`` (no terminal to inject keystrokes into).
 
 Resource limits (``setrlimit`` in the child before ``bwrap`` starts, inherited by everything inside):
@@ -18,6 +20,10 @@ and root is exempt from it, so a server running as root starts each sandbox as a
 (from ``UID_BASE``): the limit then counts exactly that sandbox's processes. A server running as an
 ordinary user runs sandboxes as itself, and the limit is set to that user's current process count plus the
 sandbox's allowance.
+
+rlimits are per process: where the host offers a cgroup (``_cgroup``), each sandbox also gets its own, so
+memory (tmpfs pages included), processes and CPU are bounded for the sandbox as a whole. And whatever a
+cell starts ends with the cell: before the driver replies it kills every other process in the sandbox.
 
 Time: the driver interrupts a cell at its wall-clock limit (state kept); if the cell does not come back
 within a grace period the host kills the whole sandbox (state lost) and says so. Output (stdout and
@@ -47,6 +53,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
+
+from ._cgroup import SandboxCgroup, cgroup_support
 
 __all__ = ["CellResult", "Sandbox", "SandboxLimits", "SandboxUnavailable", "probe_sandbox"]
 
@@ -87,11 +95,14 @@ class SandboxLimits:
     wall_seconds: float = 60.0
     cpu_seconds: int = 60
     total_cpu_seconds: int = 600  # hard RLIMIT_CPU of each process: what a container may spend in all
-    memory_bytes: int = 1024 * 1024 * 1024  # RLIMIT_AS, per process
-    processes: int = 32  # RLIMIT_NPROC: processes and threads inside the sandbox
+    # RLIMIT_AS per process, and (where a cgroup is available) the memory of the whole sandbox, tmpfs included
+    memory_bytes: int = 1024 * 1024 * 1024
+    processes: int = 32  # RLIMIT_NPROC (and the cgroup's pids.max): processes and threads inside the sandbox
     file_bytes: int = 64 * 1024 * 1024  # RLIMIT_FSIZE: the largest file code may write
     open_files: int = 256  # RLIMIT_NOFILE
     disk_bytes: int = 256 * 1024 * 1024  # size of the /mnt/data tmpfs (and of /tmp)
+    shm_bytes: int = 64 * 1024 * 1024  # size of the /dev/shm tmpfs
+    cpus: float = 1.0  # CPU bandwidth of the whole sandbox, in cores (cgroup only)
     output_bytes: int = 32 * 1024  # output kept per call; the rest is dropped with a marker
     grace_seconds: float = 5.0  # after wall_seconds, before the host kills a sandbox that did not stop
     start_seconds: float = 20.0  # the most a sandbox may take to start
@@ -177,6 +188,11 @@ def bwrap_command(python: str, driver: str, cmd_fd: int, reply_fd: int, limits: 
         "/proc",
         "--dev",
         "/dev",
+        # bwrap's /dev is an uncapped tmpfs, /dev/shm a directory in it: a capped tmpfs of its own instead.
+        "--size",
+        str(limits.shm_bytes),
+        "--tmpfs",
+        "/dev/shm",
         "--size",
         str(limits.disk_bytes),
         "--tmpfs",
@@ -185,6 +201,12 @@ def bwrap_command(python: str, driver: str, cmd_fd: int, reply_fd: int, limits: 
         str(limits.disk_bytes),
         "--tmpfs",
         WORKDIR,
+        # The root (and /dev) are tmpfs without a size: read-only once every mount point is made, so that
+        # the capped mounts above are the only places code can write to.
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         WORKDIR,
         "--",
@@ -195,6 +217,7 @@ def bwrap_command(python: str, driver: str, cmd_fd: int, reply_fd: int, limits: 
         WORKDIR,
         str(cmd_fd),
         str(reply_fd),
+        "namespace",  # the driver is in a PID namespace of its own: every other process there is the cell's
     ]
     return args
 
@@ -209,8 +232,18 @@ def _count_processes(uid: int) -> int:
     return count
 
 
-def _preexec(limits: SandboxLimits, nproc: int) -> None:
-    """Runs in the child between fork and exec (after the uid change): the rlimits everything inside inherits."""
+def _preexec(limits: SandboxLimits, nproc: int, uid: int | None, cgroup: SandboxCgroup | None) -> None:
+    """Runs in the child between fork and exec: the cgroup, the uid, and the rlimits everything inside inherits.
+
+    The cgroup is joined first, while the child is still the server's user (root can move itself anywhere;
+    the sandbox's uid could not), so that bwrap and everything it starts are inside it from the start.
+    """
+    if cgroup is not None:
+        cgroup.enter()
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
     cpu = limits.total_cpu_seconds
     for what, value in (
         (resource.RLIMIT_AS, limits.memory_bytes),
@@ -269,6 +302,7 @@ class Sandbox:
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self.dead = False
         self.uid: int | None = None  # the unprivileged uid it runs as (root servers only)
+        self.cgroup: SandboxCgroup | None = None  # its own cgroup, where the host offers one
 
     @property
     def started(self) -> bool:
@@ -298,12 +332,14 @@ class Sandbox:
                 workdir = self._tempdir.name
                 if uid is not None:
                     os.chown(workdir, uid, gid or uid)
-                command = [self.python, "-I", "-c", driver, workdir, str(cmd_r), str(reply_w)]
+                command = [self.python, "-I", "-c", driver, workdir, str(cmd_r), str(reply_w), "session"]
                 env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "MPLBACKEND": "Agg"}
                 cwd: str | None = workdir
             else:
                 command = bwrap_command(self.python, driver, cmd_r, reply_w, self.limits)
                 env, cwd = {}, "/"
+            self.cgroup = self._make_cgroup()
+            cgroup = self.cgroup
             try:
                 self._process = await asyncio.create_subprocess_exec(
                     *command,
@@ -314,12 +350,11 @@ class Sandbox:
                     env=env,
                     cwd=cwd,
                     start_new_session=True,
-                    user=uid,
-                    group=gid,
-                    extra_groups=[] if uid is not None else None,
-                    preexec_fn=lambda: _preexec(self.limits, nproc),
+                    # The uid change happens in _preexec, after the child joined its cgroup.
+                    preexec_fn=lambda: _preexec(self.limits, nproc, uid, cgroup),
                 )
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:
+                self._drop_cgroup()
                 raise SandboxUnavailable(f"cannot start the sandbox: {exc}") from exc
         finally:
             for fd in child_fds:
@@ -394,6 +429,30 @@ class Sandbox:
             detail=detail,
         )
 
+    def _make_cgroup(self) -> SandboxCgroup | None:
+        support = cgroup_support()
+        if not support.available:
+            return None
+        limits = self.limits
+        try:
+            # + bwrap's own two processes and the driver, as for RLIMIT_NPROC
+            return support.create(memory_bytes=limits.memory_bytes, pids=limits.processes + 3, cpus=limits.cpus)
+        except OSError as exc:
+            # The probe said cgroups work here: this is unexpected, but the per-process bounds still hold.
+            logger.warning("code interpreter: no cgroup for a sandbox (%s); it runs with per-process limits", exc)
+            return None
+
+    def _drop_cgroup(self) -> bool:
+        """Kill what is left in the sandbox's cgroup and remove it; False if it could not be removed yet."""
+        cgroup = self.cgroup
+        if cgroup is None:
+            return True
+        cgroup.kill()
+        if cgroup.remove():
+            self.cgroup = None
+            return True
+        return False
+
     async def kill(self) -> None:
         """Kill the sandbox and everything in it (idempotent)."""
         self.dead = True
@@ -413,6 +472,14 @@ class Sandbox:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     await process.wait()
+        # The PID namespace dies with bwrap; the cgroup empties a moment later (and catches anything that
+        # left the namespace's reach, such as the unsafe mode's processes).
+        for _ in range(200):
+            if self._drop_cgroup():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            logger.warning("code interpreter: the cgroup %s did not empty; left in place", self.cgroup)
         if self._tempdir is not None:
             with contextlib.suppress(OSError):
                 self._tempdir.cleanup()
