@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from harmony_responses.vocab import load_encoding
+from harmony_responses.vocab import load_encoding, load_vocabulary
 
 RETURN, CALL, END, EOT = 200002, 200012, 200007, 199999
 CUDA = "CUDA error: an illegal memory access"
@@ -135,7 +135,9 @@ class Fake:
                 if i and s.delay:
                     await asyncio.sleep(s.delay)
                 last = i == len(chunks) - 1
-                yield b"data: " + orjson.dumps(encode(sent, ids, last)) + b"\n\n"
+                obj = encode(sent, ids, last)
+                if obj is not None:  # None: a chunk the engine holds back (llama.cpp, mid-character)
+                    yield b"data: " + orjson.dumps(obj) + b"\n\n"
                 sent += len(ids)
                 self.sent[rid] = sent
                 await asyncio.sleep(0)  # a real engine's chunks are separate writes
@@ -465,75 +467,173 @@ class SGLangFake(Fake):
         return StreamingResponse(self.play(request, s, rid, out, encode, list), media_type="text/event-stream")
 
 
-class LlamaCppFake(Fake):
-    """llama.cpp's llama-server: /completion with a token prompt; stops on its EOG set."""
+# The special tokens a gpt-oss GGUF's llama.cpp vocabulary renders as text (it marks them user-defined).
+_SHOWN_SPECIALS = {200003: b"<|constrain|>", 200005: b"<|channel|>", 200006: b"<|start|>", 200008: b"<|message|>"}
 
-    def __init__(self, *scenarios: Scenario, end_is_eog: bool = False, done_line: bool = False, **kwargs: Any) -> None:
+
+class LlamaCppFake(Fake):
+    """llama.cpp's llama-server (as the real one answered, tests/real_engines/llamacpp): /completion with a
+    token prompt; stops on its EOG set; with ``router`` a ``--models-dir`` router.
+
+    What the real server does and this fake copies: one id per chunk with its text in ``content`` and the
+    running ``tokens_predicted``; a chunk whose text ends inside a UTF-8 character is never sent, the one
+    completing the character carries all their text but only its own id; the EOG id is sent (text "");
+    the last object (``stop: true``, ``tokens: []``) carries ``stop_type``, ``truncated``,
+    ``tokens_cached`` and ``timings`` with ``cache_n``/``prompt_n``; no ``[DONE]`` line. Errors are
+    ``{"error": {code, message, type}}``; a prompt over ``n_ctx`` is HTTP 400
+    ``exceed_context_size_error``. ``/health`` answers 503 "Loading model" for ``loading`` seconds. A
+    router's ``/props`` says ``role: "router"`` and its ``/detokenize`` and ``/props?model=`` need the model.
+    """
+
+    def __init__(
+        self,
+        *scenarios: Scenario,
+        end_is_eog: bool = False,
+        done_line: bool = False,
+        router: bool = False,
+        models: tuple[str, ...] = ("/models/gpt-oss-20b-mxfp4.gguf",),
+        n_ctx: int = 131072,
+        loading: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*scenarios, **kwargs)
         self.eog = (RETURN, CALL, END) if end_is_eog else (RETURN, CALL)
         self.done_line = done_line
+        self.router = router
+        self.models = models
+        self.model = models[0]
+        self.n_ctx = n_ctx
+        self.ready_at = time.monotonic() + loading
+        self.checks: list[tuple[str, Any]] = []  # start-up calls: (path, model named)
 
     def routes(self) -> list[Route]:
         return [
-            Route("/health", lambda r: JSONResponse({"status": "ok"})),
-            Route("/props", lambda r: JSONResponse({"default_generation_settings": {"n_ctx": 131072}})),
+            Route("/health", self.health),
+            Route("/props", self.props),
+            Route("/v1/models", self.list_models),
             Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/completion", self.completion, methods=["POST"]),
         ]
 
+    @staticmethod
+    def _error(code: int, message: str, kind: str, **extra: Any) -> Response:
+        return JSONResponse({"error": {"code": code, "message": message, "type": kind, **extra}}, status_code=code)
+
+    async def health(self, request: Request) -> Response:
+        if time.monotonic() < self.ready_at:
+            return self._error(503, "Loading model", "unavailable_error")
+        return JSONResponse({"status": "ok"})
+
+    async def props(self, request: Request) -> Response:
+        model = request.query_params.get("model")
+        self.checks.append(("/props", model))
+        if self.router and model is None:
+            return JSONResponse({"role": "router", "default_generation_settings": {"params": None, "n_ctx": 0}})
+        if self.router and model not in self.models:
+            return self._error(400, "model not found", "invalid_request_error")
+        return JSONResponse({"default_generation_settings": {"n_ctx": self.n_ctx}, "total_slots": 1})
+
+    async def list_models(self, request: Request) -> Response:
+        data = [{"id": m, "aliases": [], "object": "model", "owned_by": "llamacpp"} for m in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
     async def detokenize(self, request: Request) -> Response:
-        return JSONResponse({"content": self.detok((await request.json())["tokens"])})
+        body = await request.json()
+        self.checks.append(("/detokenize", body.get("model")))
+        if self.router and "model" not in body:
+            return self._error(400, "model name is missing from the request", "invalid_request_error")
+        return JSONResponse({"content": self.detok(body["tokens"])})
 
     async def completion(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
         s = self.scenario()
         if s.status:
-            return JSONResponse(
-                {"error": {"code": s.status, "message": s.message, "type": "invalid_request_error"}},
-                status_code=s.status,
-            )
+            return self._error(s.status, s.message, "invalid_request_error")
         assert isinstance(body["prompt"], list) and body["return_tokens"]
         prompt, rid = body["prompt"], f"slot-{len(self.requests)}"
-        out, finish, matched = self.plan(s, list(self.eog), body["n_predict"])
+        if len(prompt) >= self.n_ctx:
+            return self._error(
+                400,
+                f"request ({len(prompt)} tokens) exceeds the available context size ({self.n_ctx} tokens), "
+                "try increasing it",
+                "exceed_context_size_error",
+                n_prompt_tokens=len(prompt),
+                n_ctx=self.n_ctx,
+            )
+        budget = body["n_predict"] if body["n_predict"] >= 0 else self.n_ctx
+        out, finish, matched = self.plan(s, list(self.eog), min(budget, self.n_ctx - 1 - len(prompt)))
         top = body.get("n_probs")
+        encoding = load_encoding()
+        held: list[int] = []  # ids whose text ends inside a character: not sent
 
-        def probs(k: int, ids: list[int]) -> list[dict[str, Any]]:
-            entries = []
-            for j, token in enumerate(ids):
-                value, alts = fake_lp(k + j, token, top or 0)
-                entries.append(
-                    {
-                        "id": token,
-                        "token": "",
-                        "bytes": [],
-                        "logprob": value,
-                        "top_logprobs": [{"id": t, "token": "", "bytes": [], "logprob": v} for t, v in alts],
-                    }
-                )
-            return entries
+        table = load_vocabulary().token_bytes
 
-        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any]:
+        def text_of(ids: list[int]) -> bytes:
+            # Special tokens llama.cpp marks user-defined (<|channel|>, <|message|>…) show as text, the rest as "".
+            return b"".join(
+                table[t] if t < 199998 else (_SHOWN_SPECIALS[t] if t in _SHOWN_SPECIALS else b"") for t in ids
+            )
+
+        def encode(k: int, ids: list[int], last: bool) -> dict[str, Any] | None:
             shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
-            obj: dict[str, Any] = {"index": 0, "content": "", "tokens": shown, "stop": False, "id_slot": 0}
+            if not shown:
+                return None
+            generated = text_of(out[: k + len(ids)])
+            if generated.decode("utf-8", "ignore").encode() != generated:  # ends inside a character
+                held.extend(shown)
+                return None
+            content = text_of(held + shown).decode()
+            held.clear()
+            obj: dict[str, Any] = {
+                "index": 0,
+                "content": content,
+                "tokens": shown,
+                "stop": False,
+                "id_slot": -1,
+                "tokens_predicted": k + len(ids),
+                "tokens_evaluated": len(prompt),
+            }
             if top:
-                obj["completion_probabilities"] = probs(k, shown)
+                entries = []
+                for j, token in enumerate(shown):
+                    value, alts = fake_lp(k + j, token, top)
+                    piece = content if j == len(shown) - 1 else ""
+                    entries.append(
+                        {
+                            "id": token,
+                            "token": piece,
+                            "bytes": list(piece.encode()),
+                            "logprob": value,
+                            "top_logprobs": [{"id": t, "token": "", "bytes": [], "logprob": v} for t, v in alts],
+                        }
+                    )
+                obj["completion_probabilities"] = entries
             return obj
 
         def final() -> list[dict[str, Any]]:
+            truncated = finish == "length" and len(prompt) + len(out) + 1 >= self.n_ctx
             return [
                 {
                     "index": 0,
                     "content": "",
                     "tokens": [],
-                    "stop": True,
                     "id_slot": 0,
+                    "stop": True,
+                    "model": self.model,
+                    "tokens_predicted": len(out),
+                    "tokens_evaluated": len(prompt),
+                    "prompt": encoding.decode(prompt),
+                    "has_new_line": False,
+                    "truncated": truncated,
                     "stop_type": "eos" if finish == "stop" else "limit",
                     "stopping_word": "",
-                    "tokens_cached": len(prompt) + len(out),
-                    "tokens_evaluated": len(prompt),
-                    "truncated": False,
-                    "timings": {"prompt_n": len(prompt) - s.cached, "predicted_n": len(out)},
+                    "tokens_cached": len(prompt) + len(out) - 1,
+                    "timings": {
+                        "cache_n": s.cached,
+                        "prompt_n": len(prompt) - s.cached,
+                        "predicted_n": len(out),
+                    },
                 }
             ]
 
