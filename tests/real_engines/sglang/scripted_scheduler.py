@@ -27,8 +27,9 @@ The script (a JSON file, re-read for every request so a test can add cases while
 
 Every event is appended to the log file named by ``HARMONY_SGLANG_LOG`` as one JSON line: ``request``
 (rid, prompt length, the sampling parameters *as the scheduler received them*, logprob options,
-cached tokens), ``abort`` (the ``AbortReq`` the tokenizer manager sent) and ``finish`` (the finish
-reason and output length) — what the tests assert on.
+cached tokens, and for a ``structural_tag`` whether SGLang's xgrammar backend accepts the scripted ids),
+``abort`` (the ``AbortReq`` the tokenizer manager sent) and ``finish`` (the finish reason and the output
+ids) — what the tests assert on.
 
 Prefix caching is modelled, not run: a request's ``cached_tokens`` is its longest common prefix with
 any earlier request's prompt + output, at most the prompt length minus one (SGLang always computes one
@@ -181,6 +182,7 @@ def run_scripted_scheduler(
             disagg_mode=DisaggregationMode.NULL,
         )
         req.tokenizer = tokenizer
+        grammar = _grammar_check(recv_req.sampling_params.structural_tag, list(chosen.get("output") or []))
         best = max((_common_prefix(ids, seen) for seen in history), default=0)
         req.cached_tokens = min(best, max(len(ids) - 1, 0))
         _log(
@@ -195,6 +197,7 @@ def run_scripted_scheduler(
                 "logprob_start_len": recv_req.logprob_start_len,
                 "stream": recv_req.stream,
                 "cached_tokens": req.cached_tokens,
+                "grammar": grammar,
             }
         )
         running[recv_req.rid] = _Running(
@@ -204,6 +207,35 @@ def run_scripted_scheduler(
             float(chosen.get("step_delay", 0.0)),
             float(chosen.get("logprob", -0.25)),
         )
+
+    backend: list[Any] = []  # SGLang's grammar backend, made at the first constrained request
+
+    def _grammar_check(tag: str | None, output: list[int]) -> dict[str, Any] | None:
+        # No sampler runs here, so the grammar cannot steer; instead SGLang's own xgrammar backend (as its
+        # grammar manager builds it) compiles the request's structural tag and replays the scripted ids
+        # through the matcher: what a grammar-following sampler would have been allowed to write.
+        if tag is None:
+            return None
+        from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject, create_grammar_backend
+
+        if not backend:
+            backend.append(
+                create_grammar_backend(
+                    server_args, tokenizer, model_config.vocab_size, eos_ids, think_end_ids=model_config.think_end_ids
+                )
+            )
+        grammar = backend[0].dispatch_structural_tag(tag)
+        if isinstance(grammar, InvalidGrammarObject):
+            return {"error": grammar.error_message}
+        result: dict[str, Any] = {"accepted_all": True, "rejected_at": None, "rejected_token": None}
+        for i, token in enumerate(output):
+            if grammar.matcher.is_terminated():
+                break
+            if not grammar.matcher.accept_token(token):
+                result.update(accepted_all=False, rejected_at=i, rejected_token=token)
+                break
+        result["terminated"] = grammar.matcher.is_terminated()
+        return result
 
     def abort(recv_req: Any) -> None:
         _log({"event": "abort", "rid": recv_req.rid, "abort_all": recv_req.abort_all})

@@ -286,9 +286,9 @@ def test_model_eos_endoftext_ends_the_answer(stack: Stack) -> None:
 
 
 def test_strict_json_schema_reaches_sglang_as_a_structural_tag(stack: Stack) -> None:
-    # Item 4: what SGLang's tokenizer manager forwards. The scripted scheduler runs no grammar: whether
-    # xgrammar then lets <|return|> end the JSON is checked by compiling the tag (scripted_scheduler.py
-    # logs "grammar" when it can).
+    # Item 4: what SGLang's tokenizer manager forwards, and what SGLang's own xgrammar backend (as its
+    # grammar manager builds it) makes of it. No sampler runs here, so the grammar cannot steer; the
+    # scripted scheduler replays the scripted ids through the compiled tag's matcher instead.
     sglang, gateway = stack
     schema = {
         "type": "object",
@@ -296,7 +296,8 @@ def test_strict_json_schema_reaches_sglang_as_a_structural_tag(stack: Stack) -> 
         "required": ["answer"],
         "additionalProperties": False,
     }
-    sglang.script.say("schemamole", '<|channel|>final<|message|>{"answer": "yes"}<|return|>')
+    answer = '<|channel|>final<|message|>{"answer": "yes"}<|return|>'
+    ids = sglang.script.say("schemamole", answer)
     response = gateway.client().responses.create(
         model=MODEL,
         input="schemamole",
@@ -307,10 +308,20 @@ def test_strict_json_schema_reaches_sglang_as_a_structural_tag(stack: Stack) -> 
     received = sglang.request_for("schemamole")
     tag = json.loads(received["sampling"]["structural_tag"])
     (structure,) = tag["structures"]
-    assert structure["begin"] == "<|channel|>final<|message|>"
-    assert structure["end"] == ""  # "<|return|>" would be matched as ten characters of text by xgrammar
-    assert structure["schema"] == schema
-    grammar = received.get("grammar")
-    if grammar is not None:
-        assert grammar["accepted_all"], grammar
-        assert grammar["stop_allowed_after_json"], grammar
+    assert (structure["begin"], structure["end"], structure["schema"]) == ("<|channel|>final<|message|>", "", schema)
+    expected = {"accepted_all": True, "rejected_at": None, "rejected_token": None, "terminated": True}
+    assert received["grammar"] == expected
+
+    # The tag as it was (end "<|return|>"), sent to SGLang directly: xgrammar matches the end as text, so
+    # the stop token is refused right after the JSON (a sampler would have to spell "<|return|>").
+    sglang.script.say("schemaoldmole", answer)
+    old = {**tag, "structures": [{**structure, "end": "<|return|>"}]}
+    prompt = harmony("<|start|>user<|message|>schemaoldmole<|end|><|start|>assistant")
+    body = {
+        "input_ids": prompt,
+        "sampling_params": {"max_new_tokens": 64, "structural_tag": json.dumps(old), "stop_token_ids": [200002]},
+    }
+    assert httpx.post(sglang.url + "/generate", json=body, timeout=60).status_code == 200
+    grammar = sglang.request_for("schemaoldmole")["grammar"]
+    assert grammar["accepted_all"] is False
+    assert (grammar["rejected_at"], grammar["rejected_token"]) == (len(ids) - 1, 200002), grammar
