@@ -47,7 +47,7 @@ class Config:
         data_dir: the SQLite store's folder; None: ``$HARMONY_RESPONSES_DATA_DIR``, else
             ``$XDG_DATA_HOME/harmony-responses`` or ``~/.local/share/harmony-responses``.
         retention: seconds after which stored responses and conversations are deleted; None keeps them.
-        mcp: remote MCP (``tools/mcp``): the hosts MCP URLs may reach (default: any, an SSRF risk), the
+        mcp: remote MCP (``tools/mcp``): the hosts MCP URLs may reach (default: public addresses only), the
             stdio servers requests may name (``stdio:NAME``), and the timeout for listing and calls.
         code_interpreter: the code interpreter sandbox's limits (time per call, memory, processes, output).
         unsafe_code_interpreter: run code without bubblewrap when it is unavailable (no isolation at all).
