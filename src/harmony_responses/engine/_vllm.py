@@ -21,8 +21,8 @@ Sampling is sent in full (temperature 1, top_p 1, top_k and min_p off, no repeti
 request says): vLLM fills every field a request leaves out from the model's ``generation_config.json``
 (unless the server runs with ``--generation-config vllm``), and published checkpoints ship sampling
 defaults there. Logprobs are asked for with ``return_tokens_as_token_ids`` so that alternatives are
-keyed by id. The ``text.format`` schema goes in ``structured_outputs.structural_tag``, starting at the
-final channel (completions only). Start-up check: ``/health``, ``/v1/models`` (the model name; its
+keyed by id. The ``text.format`` schema goes in ``structured_outputs.structural_tag`` (on both endpoints),
+starting at the final channel. Start-up check: ``/health``, ``/v1/models`` (the model name; its
 ``max_model_len`` becomes ``context_window``) and ``/detokenize`` of Harmony's special tokens, which
 answers 400 on a ``--tokens-only`` server (no tokenizer): there the check rests on the generate route.
 """
@@ -142,7 +142,7 @@ class VLLMEngine(HTTPEngine):
         return cls(request, self.label)
 
     def constrains(self, reader: StreamReader) -> bool:
-        return self.path == COMPLETIONS_PATH and self.constrain_final and reader.request.response_schema is not None
+        return self.constrain_final and reader.request.response_schema is not None
 
     def body(self, reader: StreamReader) -> dict[str, Any]:
         request = reader.request
@@ -158,6 +158,11 @@ class VLLMEngine(HTTPEngine):
             sampling["top_p"] = request.top_p
         if request.top_logprobs is not None:
             sampling["logprobs"] = request.top_logprobs
+        if self.constrains(reader):
+            assert request.response_schema is not None
+            tag = final_channel_tag(request.response_schema)
+            # A field of vLLM's SamplingParams: the completions body and generate's sampling_params take it alike.
+            sampling["structured_outputs"] = {"structural_tag": orjson.dumps(tag).decode()}
         if self.path == GENERATE_PATH:
             body: dict[str, Any] = {
                 "request_id": reader.rid,
@@ -178,10 +183,6 @@ class VLLMEngine(HTTPEngine):
             }
             if request.top_logprobs is not None:
                 body["return_tokens_as_token_ids"] = True
-            if self.constrains(reader):
-                assert request.response_schema is not None
-                tag = final_channel_tag(request.response_schema)
-                body["structured_outputs"] = {"structural_tag": orjson.dumps(tag).decode()}
         if self.model is not None:
             body["model"] = self.model
         return body

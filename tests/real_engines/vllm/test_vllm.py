@@ -141,9 +141,15 @@ def test_function_call_round_trip(gateway: Gateway, completions: VLLM) -> None:
     assert new["prompt_len"] > completions.events("case-fn", "new")[0]["prompt_len"]
 
 
-def test_strict_json_schema_through_vllm_structured_outputs(gateway: Gateway, completions: VLLM) -> None:
-    assert completions.script is not None
-    completions.script.say("case-json", final('{"answer": "yes"}'))
+@pytest.mark.parametrize("endpoint", ["completions", "generate"])
+def test_strict_json_schema_through_vllm_structured_outputs(
+    endpoint: str, gateway: Gateway, gateway_generate: Gateway, completions: VLLM, scale_out: VLLM
+) -> None:
+    # The structural tag once ended with "<|return|>", which xgrammar matches as text: the grammar then made
+    # the model spell those ten characters before it could stop, and the response failed the schema.
+    server, gw = (completions, gateway) if endpoint == "completions" else (scale_out, gateway_generate)
+    assert server.script is not None
+    server.script.say("case-json", final('{"answer": "yes"}'))
     schema = {
         "type": "object",
         "properties": {"answer": {"type": "string"}},
@@ -151,7 +157,7 @@ def test_strict_json_schema_through_vllm_structured_outputs(gateway: Gateway, co
         "additionalProperties": False,
     }
     text_format = {"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}}
-    with gateway.client() as client:
+    with gw.client() as client:
         response = client.responses.create(
             model=MODEL,
             input="case-json: answer in JSON",
@@ -162,8 +168,9 @@ def test_strict_json_schema_through_vllm_structured_outputs(gateway: Gateway, co
     assert response.status == "completed", response.error
     assert json.loads(text_of(response)) == {"answer": "yes"}
     # xgrammar constrained the request (structural tag from the final channel on).
-    (new,) = completions.events("case-json", "new")
+    (new,) = server.events("case-json", "new")
     assert new["sampling"]["structured_outputs"] and "structural_tag" in new["sampling"]["structured_outputs"]
+    assert response.usage is not None and response.usage.output_tokens == len(harmony(final('{"answer": "yes"}')))
     # Alternatives the grammar forbids have probability zero: a finite floor, never -3.4e38 or -inf.
     part = response.output[-1].content[0]  # type: ignore[union-attr]
     values = [alt.logprob for lp in part.logprobs for alt in lp.top_logprobs]  # type: ignore[union-attr]
@@ -186,6 +193,37 @@ def test_logprobs_with_top_alternatives(
             assert lp.logprob == -0.25
             # The sampled token first, then the scripted alternatives: -1, -2 (generate sends integer ids).
             assert [alt.logprob for alt in lp.top_logprobs] == [-0.25, -1.0, -2.0], server.name
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "generate"])
+def test_a_stop_on_endoftext_adds_nothing(
+    endpoint: str, gateway: Gateway, gateway_generate: Gateway, completions: VLLM, scale_out: VLLM
+) -> None:
+    # <|endoftext|> is among vLLM's stop ids (from generation_config.json): it ends the answer, and no
+    # <|return|> is invented after it (which counted one output token too many).
+    server, gw = (completions, gateway) if endpoint == "completions" else (scale_out, gateway_generate)
+    assert server.script is not None
+    ids = server.script.say("case-eot", "<|channel|>final<|message|>Bye.<|endoftext|>")
+    with gw.client() as client:
+        response = client.responses.create(model=MODEL, input="case-eot: bye")
+    assert response.status == "completed" and text_of(response) == "Bye."
+    assert response.usage is not None and response.usage.output_tokens == len(ids)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "generate"])
+def test_text_without_a_header_keeps_its_logprobs(
+    endpoint: str, gateway: Gateway, gateway_generate: Gateway, completions: VLLM, scale_out: VLLM
+) -> None:
+    # A model that skips Harmony's header: its text is the answer, with the logprobs include asked for.
+    server, gw = (completions, gateway) if endpoint == "completions" else (scale_out, gateway_generate)
+    assert server.script is not None
+    ids = server.script.say("case-garbage", "Plain words, no header 🚀<|return|>")
+    with gw.client() as client:
+        response = client.responses.create(model=MODEL, input="case-garbage: hi", top_logprobs=2, include=LOGPROBS)  # type: ignore[list-item]
+    part = response.output[-1].content[0]  # type: ignore[union-attr]
+    assert part.text == "Plain words, no header 🚀"
+    assert part.logprobs is not None and len(part.logprobs) == len(ids) - 1  # all but <|return|>
+    assert all(len(lp.top_logprobs) == 2 for lp in part.logprobs)
 
 
 # ------------------------------------------------------------------------------ limits and errors
