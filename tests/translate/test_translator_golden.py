@@ -329,7 +329,7 @@ def test_preamble_is_a_commentary_message_then_the_function_call_ends_the_respon
     )
     e = Expected()
     e.message("msg_1", ["Checking", " the", " weather", "."], phase="commentary")
-    e.function_call("fc_2", "call_3", "get_weather", ['{"', "city", '":"', "Paris", '"}'])
+    e.function_call("fc_2", "call_2", "get_weather", ['{"', "city", '":"', "Paris", '"}'])
     expected = e.end("response.completed", usage(output=len(tokens(completion))))
     assert_stream(translate(completion, tools=[FUNCTION_TOOL]), expected)
 
@@ -342,7 +342,7 @@ def test_function_call_on_the_analysis_channel() -> None:
     )
     e = Expected()
     e.reasoning("rs_1", ["Need", " weather", "."])
-    e.function_call("fc_2", "call_3", "get_weather", ['{"', "city", '":"', "Paris", '"}'])
+    e.function_call("fc_2", "call_2", "get_weather", ['{"', "city", '":"', "Paris", '"}'])
     reasoning = len(tokens("<|channel|>analysis<|message|>Need weather.<|end|>"))
     expected = e.end("response.completed", usage(output=len(tokens(completion)), reasoning=reasoning))
     assert_stream(translate(completion, tools=[FUNCTION_TOOL]), expected)
@@ -360,7 +360,7 @@ def test_function_call_on_the_analysis_channel() -> None:
 def test_recipient_naming_no_declared_tool_is_a_function_call_named_as_written(recipient: str, name: str) -> None:
     completion = f'<|channel|>commentary to={recipient} <|constrain|>json<|message|>{{"id":7}}<|call|>'
     e = Expected()
-    e.function_call("fc_1", "call_2", name, ['{"', "id", '":', "7", "}"])
+    e.function_call("fc_1", "call_1", name, ['{"', "id", '":', "7", "}"])
     expected = e.end("response.completed", usage(output=len(tokens(completion))))
     assert_stream(translate(completion, tools=[FUNCTION_TOOL]), expected)
 
@@ -369,7 +369,7 @@ def test_recipient_naming_no_declared_tool_is_a_function_call_named_as_written(r
 def test_namespace_function_call_carries_its_namespace(recipient: str) -> None:
     completion = f'<|channel|>commentary to={recipient} <|constrain|>json<|message|>{{"id":7}}<|call|>'
     e = Expected()
-    e.function_call("fc_1", "call_2", "lookup", ['{"', "id", '":', "7", "}"], namespace="crm")
+    e.function_call("fc_1", "call_1", "lookup", ['{"', "id", '":', "7", "}"], namespace="crm")
     expected = e.end("response.completed", usage(output=len(tokens(completion))))
     assert_stream(translate(completion, tools=[NAMESPACE_TOOL]), expected)
 
@@ -606,7 +606,7 @@ def test_mcp_call_failed_with_error(error: Any, item_error: dict[str, Any]) -> N
         ),
         pytest.param(
             '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":',
-            lambda e: e.function_call("fc_1", "call_2", "get_weather", ['{"', "city", '":'], status="incomplete"),
+            lambda e: e.function_call("fc_1", "call_1", "get_weather", ['{"', "city", '":'], status="incomplete"),
             id="inside-function-call",
         ),
     ],
@@ -771,7 +771,7 @@ def test_prefilled_header_shapes_the_item_but_is_not_output() -> None:
     translator.receive_end("stop")
 
     e = Expected()
-    e.function_call("fc_1", "call_2", "get_weather", ['{"', "city", '":"', "Paris", '"}'])
+    e.function_call("fc_1", "call_1", "get_weather", ['{"', "city", '":"', "Paris", '"}'])
     expected = e.end("response.completed", usage(output=len(generated), input=100 + len(prefill)))
     assert len(generated) == 6
     assert_stream(translator.events(), expected)

@@ -6,9 +6,10 @@ items replaced by the stored items they name, and the prior items of ``previous_
 ``conversation`` put first in the input (rather than beside it) so that ``truncation: "auto"`` can drop
 them too, oldest turns first (run/fit.py works on ``input``). What the renderer reads
 (``ResponseRequest.model_request``) also has the reasoning this server sealed into ``encrypted_content``
-opened again, reasoning resent with its id alone (LangChain streaming, LiteLLM, llm send ``{"type":
-"reasoning", "id": …, "summary": []}``) filled in from the store when this owner stored it, and
-``web_search`` tools dropped when the server has no search backend.
+opened again, the open turn's items put back as the model wrote them when this owner stored them
+(reasoning resent with its id alone: LangChain streaming, LiteLLM and llm send ``{"type": "reasoning",
+"id": …, "summary": []}``; function arguments re-serialised: pydantic-ai sends ``{"city":"Paris"}`` for
+the model's ``{"city": "Paris"}``), and ``web_search`` tools dropped when the server has no search backend.
 
 The stored items come through ``History``, which the layer that runs responses implements over the store
 (``run/stored.py``): this package reads the request and never the database.
@@ -16,6 +17,7 @@ The stored items come through ``History``, which the layer that runs responses i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -144,12 +146,22 @@ def _has_text(item: Mapping[str, Any], key: str) -> bool:
     return isinstance(parts, list) and any(isinstance(p, dict) and p.get("text") for p in parts)
 
 
-async def _restore_reasoning(items: list[Any], owner: str, history: History) -> list[Any]:
-    """Reasoning items of the open turn resent without their text, filled in from the stored item of that id.
+def _same_json(a: Any, b: Any) -> bool:
+    try:
+        return isinstance(a, str) and isinstance(b, str) and json.loads(a) == json.loads(b)
+    except ValueError:
+        return False
 
-    Only the open turn's (after the last user message): the renderer keeps no other reasoning (harmony.md §6.2),
-    so looking the others up would cost a query each for nothing. A summary resent without the content does
-    not stop the lookup: the stored content is what the model wrote.
+
+async def _as_written(items: list[Any], owner: str, history: History) -> list[Any]:
+    """The open turn's items as the model wrote them, from the stored items of their ids.
+
+    Reasoning resent without its text gets the stored text (a summary resent without the content does not stop
+    the lookup: the stored content is what the model wrote); a function call whose arguments are the stored
+    call's JSON written differently gets the stored text (found by its item id, or by its call id when the
+    client dropped the item id). Only the open turn's (after the last user message):
+    the renderer keeps no other reasoning (harmony.md §6.2), and the model reads this turn's calls next, while
+    each lookup costs a query.
     """
     start = 0
     for index, item in enumerate(items):
@@ -158,14 +170,29 @@ async def _restore_reasoning(items: list[Any], owner: str, history: History) -> 
     restored = list(items)
     for index in range(start, len(items)):
         item = items[index]
-        if not isinstance(item, dict) or item.get("type") != "reasoning" or _has_text(item, "content"):
+        if not isinstance(item, dict):
             continue
-        item_id = item.get("id")
+        kind, item_id = item.get("type"), item.get("id")
         if not isinstance(item_id, str) or not item_id:
             continue
-        found = await history.find_item(item_id, owner)
-        if found is not None and found.get("type") == "reasoning" and _has_text(found, "content"):
-            restored[index] = {**item, "content": found["content"]}
+        if kind == "reasoning" and not _has_text(item, "content"):
+            found = await history.find_item(item_id, owner)
+            if found is not None and found.get("type") == "reasoning" and _has_text(found, "content"):
+                restored[index] = {**item, "content": found["content"]}
+        elif kind == "function_call" and isinstance(item.get("arguments"), str):
+            found = await history.find_item(item_id, owner)
+            call_id = item.get("call_id")
+            if found is None and isinstance(call_id, str) and call_id.startswith("call_"):
+                # Resent without its item id (pydantic-ai): this server's call ids share their item's random part.
+                found = await history.find_item("fc_" + call_id.removeprefix("call_"), owner)
+            if (
+                found is not None
+                and found.get("type") == "function_call"
+                and found.get("call_id") == item.get("call_id")
+                and found.get("arguments") != item["arguments"]
+                and _same_json(found.get("arguments"), item["arguments"])
+            ):
+                restored[index] = {**item, "arguments": found["arguments"]}
     return restored
 
 
@@ -211,7 +238,7 @@ async def read_request(
         if prior is None:
             raise APIError(f"Conversation with id '{conversation_id}' not found.", status=404, param="conversation")
     model_request = _for_render(dict(body, input=(prior or []) + items), sealer, web_search=web_search)
-    model_request["input"] = await _restore_reasoning(model_request["input"], owner, history)
+    model_request["input"] = await _as_written(model_request["input"], owner, history)
     return ResponseRequest(
         body=body,
         options=options,

@@ -101,7 +101,9 @@ def added_item(
             "type": "function_call",
             "status": "in_progress",
             "name": target.name,
-            "call_id": new_id("call"),
+            # The call id shares the item id's random part, so that a call resent without its item id
+            # (pydantic-ai sends only call_id) still names the stored item (request/resolve.py).
+            "call_id": "call_" + item_id.removeprefix("fc_"),
             "arguments": "",
         }
         if target.namespace is not None:
