@@ -350,3 +350,24 @@ def test_the_guarded_transport_goes_through_the_guard(monkeypatch: pytest.Monkey
         assert internal.requests[0]["host"] == f"internal.example.test:{internal.port}"  # the URL's name, kept
     finally:
         internal.stop()
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f.1", "127.1", "0", "017700000001"])
+def test_numeric_spellings_of_internal_addresses_are_caught_where_they_resolve(host: str) -> None:
+    # Not IP literals to ipaddress, so not a 400; the system resolver reads them as 127.0.0.1 or 0.0.0.0
+    # (no DNS query), and the guard refuses what they resolve to.
+    assert McpOptions().url_problem(f"http://{host}/mcp") is None
+    connected: list[str] = []
+
+    class Recorder(_guard.httpcore2.AsyncNetworkBackend):
+        async def connect_tcp(self, host: str, port: int, **kwargs: Any) -> Any:
+            connected.append(host)
+            raise _guard.httpcore2.ConnectError("recorded")
+
+    async def main() -> str:
+        with pytest.raises(_guard.httpcore2.ConnectError) as info:
+            await _guard.GuardedBackend(inner=Recorder()).connect_tcp(host, 80, timeout=2)
+        return str(info.value)
+
+    message = asyncio.run(main())
+    assert "not allowed without --mcp-allowed-hosts" in message and connected == []
