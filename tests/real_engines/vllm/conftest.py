@@ -5,10 +5,11 @@ Everything runs as it would for a user: ``python -m vllm.entrypoints.openai.api_
 them), then ``harmony-responses serve --engine vllm:URL`` as a subprocess, then the ``openai`` client.
 Without ``VLLM_PYTHON`` every test here skips (the unit suite does not start vLLM).
 
-Two vLLM servers start at once, in parallel, for the whole session (each takes about a minute on two
+Three vLLM servers start at once, in parallel, for the whole session (each takes about a minute on two
 cores): ``completions`` (the default serve mode: ``/v1/completions``, prefix caching, prompt-token
-details, ``--max-logprobs 5``, ``--max-model-len 4096``) and ``scale_out`` (``--enable-scale-out``:
-``/inference/v1/generate`` and its abort route). What each one's scripted model writes is set per test
+details, ``--max-logprobs 5``, ``--max-model-len 4096``), ``scale_out`` (``--enable-scale-out``:
+``/inference/v1/generate`` and its abort route) and ``tokens_only`` (``--tokens-only``: generate without
+a tokenizer in the server). What each one's scripted model writes is set per test
 with ``Script.say`` (see scripted_executor.py), keyed on a word of the test's own input.
 """
 
@@ -163,6 +164,8 @@ def vllm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
             ["--enable-scale-out", "--enable-prompt-tokens-details", "--max-logprobs", str(MAX_LOGPROBS)],
             base / "scale_out",
         ),
+        # No tokenizer in the server (/detokenize answers 400), generate and the legacy /abort_requests.
+        "tokens_only": VLLM("tokens_only", ["--tokens-only"], base / "tokens_only"),
     }
     for server in servers.values():
         server.dir.mkdir()
@@ -207,6 +210,12 @@ def completions(vllm_servers: dict[str, VLLM]) -> VLLM:
 def scale_out(vllm_servers: dict[str, VLLM]) -> VLLM:
     vllm_servers["scale_out"].wait_ready()
     return vllm_servers["scale_out"]
+
+
+@pytest.fixture(scope="session")
+def tokens_only(vllm_servers: dict[str, VLLM]) -> VLLM:
+    vllm_servers["tokens_only"].wait_ready()
+    return vllm_servers["tokens_only"]
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from ..gateway import Gateway
+from ..gateway import Gateway, start_gateway
 from .conftest import MAX_LOGPROBS, MAX_MODEL_LEN, VLLM, EarlyGateway, harmony
 
 MODEL = "gpt-oss-20b"
@@ -378,6 +379,33 @@ def test_generate_abort_needs_vllms_request_id_prefix(scale_out: VLLM) -> None:
 
 
 # ------------------------------------------------------------------------------ start-up
+
+
+def test_a_tokens_only_server(tokens_only: VLLM, tmp_path: Path) -> None:
+    # vllm serve --tokens-only has no tokenizer: /detokenize answers 400, and start-up goes on without it.
+    assert tokens_only.script is not None
+    ids = tokens_only.script.say("case-tokens-only", final("No tokenizer here."))
+    total = _slow(tokens_only, "case-tokens-only-slow", 200)
+    gw = start_gateway(f"vllm:{tokens_only.url}", args=["--current-date", "2026-12-01"], log_dir=tmp_path)
+    try:
+        assert "/inference/v1/generate" in gw.output()
+        with gw.client() as client:
+            response = client.responses.create(
+                model=MODEL, input="case-tokens-only: hi", top_logprobs=2, include=LOGPROBS
+            )  # type: ignore[list-item]
+            assert text_of(response) == "No tokenizer here."
+            assert response.usage is not None and response.usage.output_tokens == len(ids)
+            part = response.output[-1].content[0]  # type: ignore[union-attr]
+            assert all(len(lp.top_logprobs) == 2 for lp in part.logprobs)  # type: ignore[union-attr]
+        with httpx.Client(base_url=gw.url, timeout=60) as http:
+            body = {"model": MODEL, "input": "case-tokens-only-slow: go", "stream": True}
+            with http.stream("POST", "/v1/responses", json=body) as stream:
+                for n, _line in enumerate(stream.iter_lines()):
+                    if n > 40:
+                        break
+        _finished_early(tokens_only, "case-tokens-only-slow", total)
+    finally:
+        gw.stop()
 
 
 def test_start_up_waits_for_an_engine_still_loading(
