@@ -32,6 +32,7 @@ import orjson
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
 from .loop import ResponseRun
+from .recovery import closing_events
 from .turns import Turns
 
 __all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce", "sse_frames"]
@@ -154,13 +155,29 @@ class LiveResponse:
         return ops, functools.partial(self._committed, count, terminal)
 
     def write_failed(self, error: Exception) -> None:
-        """The writer could not store this response's data (a value the store cannot hold) while it stored
-        others': the response is stopped and fails, telling its client why, rather than running on unlogged."""
+        """The writer could not store this response's writes (a value the store cannot hold, or a store down
+        past the retry budget); its later writes are dropped. The client must not then be told it succeeded:
+        a running response is stopped and fails; one whose end is published but not yet sent gets that unsent
+        tail replaced by a failure. (A stored row left behind active is ended by maintenance: stored.py.)"""
         self.write_error = error
         task = self.task
-        if task is not None and not task.done() and self.stop_reason is None and not self._terminal_published:
-            self.stop_reason = "store"
-            task.cancel()
+        if not self._terminal_published:
+            if task is not None and not task.done() and self.stop_reason is None:
+                self.stop_reason = "store"
+                task.cancel()
+            return
+        if self.durable >= len(self.types):
+            return  # everything was sent already: the outcome the client saw stands
+        sent = [orjson.loads(data) for data in self.encoded[: self.durable]]
+        end, _ = closing_events(sent, self.response or {}, status="failed", message=self.store_failed_message())
+        del self.types[self.durable :], self.encoded[self.durable :]
+        self._taken = min(self._taken, self.durable)
+        self._terminal_published = self._terminal_taken = False
+        self.response = None
+        self.publish(end)
+
+    def store_failed_message(self) -> str:
+        return STORE_FAILED_MESSAGE.format(error=type(self.write_error).__name__)
 
     def _terminal_ops(self) -> list[Op]:
         assert self.response is not None
@@ -183,7 +200,8 @@ class LiveResponse:
         return ops
 
     def _committed(self, count: int, terminal: bool) -> None:
-        self.durable = max(self.durable, count)
+        # At most what is published: an unsent tail may have been replaced since the writer took it.
+        self.durable = min(max(self.durable, count), len(self.types))
         if terminal:
             self.final = self.response
         self._notify()
@@ -319,7 +337,7 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
         translator.cancel()
         logger.info("%s cancelled", live.id)
     elif live.stop_reason == "store":
-        translator.fail(STORE_FAILED_MESSAGE.format(error=type(live.write_error).__name__))
+        translator.fail(live.store_failed_message())
     else:
         translator.fail(SHUTDOWN_MESSAGE)
     events = translator.events()

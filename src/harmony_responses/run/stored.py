@@ -70,6 +70,7 @@ FOLLOW_POLL_INTERVAL = 0.02
 CANCEL_WAIT = 10.0
 FORGET_PROCESSES_AFTER = 7 * 24 * 3600.0
 READ_BATCH = 1000
+OUTAGE_MESSAGE = "The store was unavailable while the response ran; its output was not kept in full."
 
 
 def host_key() -> str:
@@ -384,6 +385,7 @@ class StoredResponses:
         next_forget = time.monotonic()
         retention = self.retention
         purge_every = min(60.0, retention / 2) if retention else None
+        failing = False
         while True:
             try:
                 background = [live.id for live in self.live.values() if live.background and live.stop_reason is None]
@@ -408,7 +410,14 @@ class StoredResponses:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("store maintenance failed (will retry)")
+                # Once per outage, not every poll: a store that is down fails this ten times a second.
+                if not failing:
+                    logger.exception("store maintenance failed (will retry)")
+                failing = True
+            else:
+                if failing:
+                    logger.warning("store maintenance works again")
+                failing = False
             timeout = CANCEL_POLL_INTERVAL if background else HEARTBEAT_INTERVAL / 4
             if purge_every is not None:
                 timeout = min(timeout, purge_every)
@@ -426,14 +435,17 @@ class StoredResponses:
         return active.host == self.process.host and not pid_alive(active.pid)
 
     async def recover(self) -> int:
-        """End every active response whose process is dead; returns how many."""
+        """End every active response whose process is dead, or that this process no longer produces (its end
+        was lost in a store outage: the row would stay in progress for good); returns how many."""
         ended = 0
         for active in await self.store.active_responses():
-            if self._is_dead(active) and await self._end_orphan(active, status="failed"):
-                ended += 1
+            if self._is_dead(active):
+                ended += await self._end_orphan(active, status="failed")
+            elif active.process_id == self.process.id and active.id not in self.live:
+                ended += await self._end_orphan(active, status="failed", message=OUTAGE_MESSAGE)
         return ended
 
-    async def _end_orphan(self, active: ActiveResponse, *, status: str) -> bool:
+    async def _end_orphan(self, active: ActiveResponse, *, status: str, message: str = CRASH_MESSAGE) -> bool:
         if not await self.store.claim(active.id, holder=active.process_id, new_holder=self.process.id):
             return False  # another process got there first
         row = await self.store.get_response(active.id, None)
@@ -448,7 +460,7 @@ class StoredResponses:
             log,
             orjson.loads(row.response),
             status="cancelled" if status == "cancelled" else "failed",
-            message=CRASH_MESSAGE,
+            message=message,
         )
         ops: list[Op] = []
         if events:

@@ -20,8 +20,8 @@ the database is up and the others' data is at fault (a value it cannot hold). Su
 (``write_failed``) and its later writes are dropped, so that it cannot fail every round after; its
 ``done`` callbacks still run. Only when every owner fails is the database taken to be failing: it is
 retried with backoff for about ``RETRY_DELAYS`` seconds in total; after that the round is given up
-(logged with how many events were lost) and its ``done`` callbacks still run, so that streams continue
-to their clients instead of hanging.
+(logged with how many events were lost), its owners are told as above, and its ``done`` callbacks still
+run, so that streams continue to their clients instead of hanging.
 """
 
 from __future__ import annotations
@@ -151,6 +151,7 @@ class Writer:
             if delay is None:
                 lost = sum(len(op.data) for g in groups for op in g.ops if isinstance(op, AppendEvents))
                 logger.error("store write failed %d times, giving up (%d events lost): %s", attempt + 1, lost, error)
+                self._give_up(groups, error)
                 return
             logger.warning("store write failed (retrying in %.2fs): %s", delay, error)
             await asyncio.sleep(delay)
@@ -181,10 +182,17 @@ class Writer:
                 lost,
                 exc,
             )
-            if group.owner is not None:
-                self._failed.add(group.owner)
-                try:
-                    group.owner.write_failed(exc)
-                except Exception:  # one stream's bug must not stop the writer of all streams
-                    logger.exception("store writer source failed")
+            self._give_up([group], exc)
         return []
+
+    def _give_up(self, groups: list[_Group], error: Exception) -> None:
+        """These groups' writes are lost: their owners are told, and what they write later is dropped (a log
+        with a hole would replay differently from what its clients saw)."""
+        for group in groups:
+            if group.owner is None or group.owner in self._failed:
+                continue
+            self._failed.add(group.owner)
+            try:
+                group.owner.write_failed(error)
+            except Exception:  # one stream's bug must not stop the writer of all streams
+                logger.exception("store writer source failed")
