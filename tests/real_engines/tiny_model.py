@@ -268,8 +268,8 @@ class Chain:
     """What the scripted model writes after ``<|start|>assistant``, when ``marker`` is in the prompt.
 
     Args:
-        text: Harmony text (``<|channel|>final<|message|>Hi<|return|>``); ends with a stop token unless
-            ``loop``.
+        text: Harmony text (``<|channel|>final<|message|>Hi<|return|>``); ends with ``<|return|>``,
+            ``<|call|>`` or ``<|endoftext|>`` unless ``loop``.
         marker: a word that is one token (``" zebra"``, with its space as it occurs in the prompt); None
             for the default chain.
         loop: the last token follows itself forever (the text then ends with that token).
@@ -308,8 +308,8 @@ def _plan(chains: Sequence[Chain]) -> dict[str, object]:
     successors: dict[int | None, dict[int, int]] = {}
     for chain in chains:
         ids = [ASSISTANT, *chain.ids()]
-        if not chain.loop and ids[-1] not in (200002, 200012):
-            raise ScriptError(f"{chain.text!r} ends with neither <|return|> nor <|call|> and does not loop")
+        if not chain.loop and ids[-1] not in (200002, 200012, 199999):
+            raise ScriptError(f"{chain.text!r} ends with none of <|return|>, <|call|>, <|endoftext|> and does not loop")
         table: dict[int, int] = {}
         pairs = list(zip(ids, ids[1:], strict=False))
         if chain.loop:

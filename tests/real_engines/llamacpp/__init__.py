@@ -1,0 +1,1 @@
+"""The llama.cpp tier: a real llama-server built by scripts/engines/llamacpp."""
