@@ -9,6 +9,7 @@ finished, which is how aborts are seen reaching the engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+
+from harmony_responses.engine import EngineOptions, EngineRefused, GenerateRequest, VLLMEngine
 
 from ..gateway import Gateway, start_gateway
 from .conftest import MAX_LOGPROBS, MAX_MODEL_LEN, VLLM, EarlyGateway, harmony
@@ -419,3 +422,47 @@ def test_start_up_waits_for_an_engine_still_loading(
         response = client.responses.create(model=MODEL, input="case-late: are you up?")
     assert text_of(response) == "Up."
     assert "/inference/v1/generate" in gateway_generate.output()
+
+
+# ------------------------------------------------------------------------------ the adapter alone
+
+
+def _adapter_call(server: VLLM, request: GenerateRequest) -> tuple[VLLMEngine, list[Any]]:
+    async def run() -> tuple[VLLMEngine, list[Any]]:
+        engine = VLLMEngine(EngineOptions(url=server.url))
+        async with engine:
+            return engine, [item async for item in engine.generate(request)]
+
+    return asyncio.run(run())
+
+
+def test_the_adapter_reads_max_model_len_as_context_window(completions: VLLM) -> None:
+    assert completions.script is not None
+    completions.script.say("case-adapter", "<|channel|>final<|message|>ok<|return|>")
+    prompt = harmony("<|start|>user<|message|>case-adapter<|end|><|start|>assistant")
+    engine, items = _adapter_call(completions, GenerateRequest(prompt_ids=prompt, max_tokens=10))
+    assert engine.context_window == MAX_MODEL_LEN
+    assert items[-1].reason == "stop"
+
+
+def test_an_output_budget_over_max_model_len_is_a_clear_400(completions: VLLM) -> None:
+    # What every request without max_output_tokens got before the budget knew the engine's context.
+    prompt = harmony("<|start|>user<|message|>case-budget<|end|><|start|>assistant")
+    with pytest.raises(EngineRefused) as info:
+        _adapter_call(completions, GenerateRequest(prompt_ids=prompt, max_tokens=130999))
+    assert (info.value.status_hint, info.value.code_hint) == (400, "invalid_request_error")
+    assert "the output budget (130999 tokens) is larger than the engine's context (4096 tokens)" in str(info.value)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "generate"])
+def test_a_token_id_out_of_the_models_vocabulary_is_the_clients_400(
+    endpoint: str, completions: VLLM, scale_out: VLLM
+) -> None:
+    # vLLM admits the request, then refuses it inside the 200 stream: data: {"error": {..., "code": 400}}
+    # (a model whose vocabulary is smaller than Harmony's would see this for Harmony's own ids).
+    server = completions if endpoint == "completions" else scale_out
+    prompt = [*harmony("<|start|>user<|message|>hi"), 201100, *harmony("<|end|><|start|>assistant")]
+    with pytest.raises(EngineRefused) as info:
+        _adapter_call(server, GenerateRequest(prompt_ids=prompt, max_tokens=3))
+    assert (info.value.status_hint, info.value.code_hint) == (400, "invalid_request_error")
+    assert "an error in the stream" in str(info.value) and "out of vocabulary" in str(info.value)
