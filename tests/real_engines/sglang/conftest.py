@@ -6,11 +6,13 @@ and detokenizer process) from the venv ``scripts/engines/sglang`` made (``SGLANG
 scheduler process; then ``harmony-responses serve --engine sglang:URL`` as a subprocess; then the
 ``openai`` client. Without ``SGLANG_PYTHON`` every test here skips (the unit suite does not start SGLang).
 
-One SGLang server runs for the whole session (about a minute to start on two cores, most of it five
-processes loading the 200k-token tokenizer): ``--context-length 2048`` and ``--preferred-sampling-params``
-that are not plain (temperature 0.7, top_p 0.8, top_k 20, min_p 0.05, penalties), which SGLang applies to
-every field a ``/generate`` request leaves out. Our server is started right after SGLang, while SGLang is
-still loading, with ``--engine-start-wait``: that is the start-up-against-a-loading-engine case. What the
+Two SGLang servers start at once and run for the whole session (a minute or two to start on two cores,
+most of it each server's processes loading the 200k-token tokenizer), both with ``--context-length 2048``
+and ``--preferred-sampling-params`` that are not plain (temperature 0.7, top_p 0.8, top_k 20, min_p 0.05,
+penalties), which SGLang applies to every field a ``/generate`` request leaves out: the default one
+(cumulative ``output_ids``) and one with ``--incremental-streaming-output``. Our server is started right
+after SGLang, while SGLang is still loading, with ``--engine-start-wait``: that is the
+start-up-against-a-loading-engine case. What the
 scripted scheduler writes is set per test with ``Script.say``, keyed on a word of the test's own input.
 """
 
@@ -131,9 +133,7 @@ class SGLang:
         return self.wait_event("request", key=key)
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SGLang, Gateway]]:
-    directory = tmp_path_factory.mktemp("sglang")
+def _start_sglang(directory: Path, *extra: str) -> SGLang:
     script = Script(directory / "script.json", default=harmony("<|channel|>final<|message|>ok<|return|>"))
     sglang = SGLang(dir=directory, script=script)
     argv = [
@@ -156,6 +156,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SGLang, Ga
         str(CONTEXT_LENGTH),
         "--preferred-sampling-params",
         json.dumps(PREFERRED_SAMPLING),
+        *extra,
     ]
     env = {
         "HARMONY_SGLANG_LOG": str(sglang.log_path),
@@ -163,24 +164,59 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SGLang, Ga
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONWARNINGS": "ignore",
     }
-    # health=None: return at once, so that our server starts while SGLang is still loading.
+    # health=None: return at once (our server starts while SGLang is still loading).
     sglang.process = start_engine(argv, health=None, env=env, log_dir=directory, name="sglang")
+    return sglang
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SGLang]]:
+    """Both SGLang servers, started at once: the default one and ``--incremental-streaming-output``."""
+    started: dict[str, SGLang] = {}
     try:
-        try:
-            sglang.health_at_gateway_start = str(httpx.get(sglang.url + "/health", timeout=2.0).status_code)
-        except httpx.HTTPError as exc:
-            sglang.health_at_gateway_start = type(exc).__name__
-        gateway = start_gateway(
-            f"sglang:{sglang.url}",
-            args=["--engine-start-wait", str(SGLANG_START_TIMEOUT)],
-            env={"HARMONY_RESPONSES_LOG_LEVEL": "info"},
-            timeout=SGLANG_START_TIMEOUT + 20,
-            log_dir=directory,
-        )
-        try:
-            wait_http(sglang.url + "/health", timeout=60, process=sglang.process.process, log=sglang.process.log)
-            yield sglang, gateway
-        finally:
-            gateway.stop()
+        started["cumulative"] = _start_sglang(tmp_path_factory.mktemp("sglang"))
+        incremental = tmp_path_factory.mktemp("sglang-incremental")
+        started["incremental"] = _start_sglang(incremental, "--incremental-streaming-output")
+        yield started
     finally:
-        sglang.process.stop()
+        for sglang in started.values():
+            assert sglang.process is not None
+            sglang.process.stop()
+
+
+def _gateway(sglang: SGLang) -> Gateway:
+    assert sglang.process is not None
+    try:
+        sglang.health_at_gateway_start = str(httpx.get(sglang.url + "/health", timeout=2.0).status_code)
+    except httpx.HTTPError as exc:
+        sglang.health_at_gateway_start = type(exc).__name__
+    return start_gateway(
+        f"sglang:{sglang.url}",
+        args=["--engine-start-wait", str(SGLANG_START_TIMEOUT)],
+        timeout=SGLANG_START_TIMEOUT + 20,
+        log_dir=sglang.dir,
+    )
+
+
+@pytest.fixture(scope="session")
+def stack(engines: dict[str, SGLang]) -> Iterator[tuple[SGLang, Gateway]]:
+    """The default SGLang (cumulative ``output_ids``) and our server in front of it."""
+    sglang = engines["cumulative"]
+    gateway = _gateway(sglang)
+    try:
+        assert sglang.process is not None
+        wait_http(sglang.url + "/health", timeout=60, process=sglang.process.process, log=sglang.process.log)
+        yield sglang, gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def incremental_stack(engines: dict[str, SGLang]) -> Iterator[tuple[SGLang, Gateway]]:
+    """SGLang with ``--incremental-streaming-output`` (delta ``output_ids``) and our server in front of it."""
+    sglang = engines["incremental"]
+    gateway = _gateway(sglang)
+    try:
+        yield sglang, gateway
+    finally:
+        gateway.stop()

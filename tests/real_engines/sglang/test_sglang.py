@@ -34,6 +34,10 @@ WEATHER_TOOL: Any = {
 
 Stack = tuple[SGLang, Gateway]
 
+# The first test of a session waits for both SGLang servers to start (one to two minutes on two cores,
+# more while the machine builds something else): more than the suite's 300 s per test when it is busy.
+pytestmark = pytest.mark.timeout(900)
+
 
 def text_of(events: list[Any]) -> str:
     return "".join(e.delta for e in events if e.type == "response.output_text.delta")
@@ -325,3 +329,40 @@ def test_strict_json_schema_reaches_sglang_as_a_structural_tag(stack: Stack) -> 
     grammar = sglang.request_for("schemaoldmole")["grammar"]
     assert grammar["accepted_all"] is False
     assert (grammar["rejected_at"], grammar["rejected_token"]) == (len(ids) - 1, 200002), grammar
+
+
+def test_incremental_streaming_output(incremental_stack: Stack) -> None:
+    # With --incremental-streaming-output, output_ids, text and the logprob arrays are per chunk while
+    # completion_tokens stays cumulative: the reader tells the two modes apart at the second chunk.
+    sglang, gateway = incremental_stack
+    answer = "Hi 🚀 ok, 你好世界"
+    ids = sglang.script.say("incrementalpuffin", f"<|channel|>final<|message|>{answer}<|return|>", per_step=2)
+    events = list(
+        gateway.client().responses.create(
+            model=MODEL,
+            input="incrementalpuffin",
+            stream=True,
+            include=["message.output_text.logprobs"],
+            top_logprobs=2,
+            max_output_tokens=64,
+        )
+    )
+    assert events[-1].type == "response.completed"
+    assert text_of(events) == answer
+    assert events[-1].response.usage.output_tokens == len(ids)
+    lps = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    assert len(lps) == len(harmony(answer))
+    assert all(lp.logprob == pytest.approx(-0.25) for lp in lps)
+
+    # The raw shape, from SGLang itself.
+    prompt = harmony("<|start|>user<|message|>incrementalpuffin<|end|><|start|>assistant")
+    sampling = {"max_new_tokens": 64, "skip_special_tokens": False}
+    body = {"input_ids": prompt, "stream": True, "sampling_params": sampling}
+    chunks = []
+    with httpx.stream("POST", sglang.url + "/generate", json=body, timeout=60) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[6:]))
+    assert [t for c in chunks for t in c["output_ids"]] == ids
+    assert len(chunks) > 1 and len(chunks[-1]["output_ids"]) < len(ids)
+    assert chunks[-1]["meta_info"]["completion_tokens"] == len(ids)
