@@ -54,6 +54,15 @@ def test_jsonl_from_a_file_with_stable_ids(tmp_path: Path) -> None:
     assert events[-1]["response"]["output"][0]["id"] == "rs_2"
 
 
+def test_summaries_stream_the_reasoning_as_its_summary() -> None:
+    result = run("--format", "jsonl", "--stable-ids", "--summaries", stdin=ANSWER)
+    assert result.returncode == 0, result.stderr
+    events = jsonl(result.stdout)
+    reasoning = events[-1]["response"]["output"][0]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": reasoning["content"][0]["text"]}]
+    assert "response.reasoning_summary_text.delta" in [e["type"] for e in events]
+
+
 def test_tokens_input_and_a_length_cut() -> None:
     # <|channel|>final<|message|>Hello — no <|return|>: ends as a length cut.
     result = run("--tokens", "--format", "jsonl", stdin="[200005, 17196, 200008, 13225]")

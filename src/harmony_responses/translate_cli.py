@@ -43,6 +43,11 @@ def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="the request's tools array (JSON, or @FILE), so built-in and MCP recipients map to their items",
     )
+    parser.add_argument(
+        "--summaries",
+        action="store_true",
+        help="as for a request with reasoning.summary: reasoning streams as its summary (gpt-oss writes none)",
+    )
     parser.add_argument("--format", choices=("sse", "jsonl"), default="sse", help="output format (default sse)")
     parser.add_argument(
         "--stable-ids", action="store_true", help="number ids (msg_1, rs_2, …) and fix the clock, for diffs"
@@ -104,6 +109,7 @@ def translate_tokens(
     error_message: str,
     tools: list[dict[str, Any]],
     stable_ids: bool,
+    summaries: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """All events for one completion, and notes for the user (tool calls that were not run)."""
     translator = Translator(
@@ -111,6 +117,7 @@ def translate_tokens(
         new_id=counting_ids() if stable_ids else random_id,
         clock=(lambda: 0) if stable_ids else (lambda: int(time.time())),
         recipients=RecipientMap.from_tools(tools),
+        summaries=summaries,
     )
     events: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -146,6 +153,7 @@ def run_translate(args: argparse.Namespace) -> int:
         error_message=args.error_message,
         tools=tools,
         stable_ids=args.stable_ids,
+        summaries=args.summaries,
     )
     out = sys.stdout.buffer
     for event in events:
