@@ -172,6 +172,10 @@ PROMPT = harmony("<|start|>user<|message|>Hi<|end|><|start|>assistant")
         ),
         ("{}", "<|channel|>commentary to=functions.f <|constrain|>json<|message|>", None, False, [200012]),
         ("<|channel|>final", "", None, False, [200002]),
+        # <|endoftext|>: the model's own end (vLLM adds it to the stop ids), whatever the engine says matched.
+        ("<|channel|>final<|message|>Hi<|endoftext|>", "", None, False, []),
+        ("<|channel|>final<|message|>Hi<|endoftext|>", "", 199999, False, []),
+        ("<|channel|>final<|message|>Hi", "", 199999, False, []),
     ],
 )
 def test_settle_stop(generated: str, prompt: str, matched: int | None, eos: bool, expected: list[int]) -> None:
@@ -250,3 +254,17 @@ def test_spec_forms() -> None:
         engine_from_spec("vllm:gpu:8000")
     with pytest.raises(ValueError, match="needs a checkpoint folder"):
         engine_from_spec("transformers")
+
+
+def test_vllm_generate_chunks_with_and_without_stop_reason() -> None:
+    # vLLM 0.33's generate chunks carry stop_reason (null: the tokenizer's eos, <|return|> for gpt-oss, kept
+    # in token_ids); a chunk without the field (older versions) leaves the stop id to be inferred.
+    from harmony_responses.engine._vllm import _GenerateReader
+
+    request = GenerateRequest(prompt_ids=PROMPT)
+    said = _GenerateReader(request, "vllm")
+    said.feed({"choices": [{"index": 0, "token_ids": [12194], "finish_reason": "stop", "stop_reason": None}]})
+    assert (said.finish, said.eos, said.matched) == ("stop", True, None)
+    silent = _GenerateReader(request, "vllm")
+    silent.feed({"choices": [{"index": 0, "token_ids": [12194], "finish_reason": "stop"}]})
+    assert (silent.finish, silent.eos, silent.matched) == ("stop", False, None)

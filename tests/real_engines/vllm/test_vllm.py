@@ -309,7 +309,7 @@ def _finished_early(server: VLLM, key: str, total: int) -> dict[str, Any]:
         ended = server.events(key, "finished")
         return ended[0] if ended else None
 
-    # A later request makes vLLM's scheduler hand the finished id to the executor: poke it with one.
+    # vLLM's scheduler hands the executor a finished (or aborted) id with its next step.
     event = None
     deadline = time.monotonic() + 20
     while event is None and time.monotonic() < deadline:
