@@ -8,6 +8,7 @@ round's updates of one response end as its last one says.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import orjson
 
@@ -80,5 +81,43 @@ def test_a_round_larger_than_one_statement_is_written_whole(store_spec: str) -> 
             assert [i["id"] for i in await store.all_items(ids[0], "output")] == ["msg_09999"]
         finally:
             await store.aclose()
+
+    asyncio.run(run())
+
+
+def test_find_item_names_the_item_first_stored_with_that_id(store_spec: str) -> None:
+    """A client's resent copy of an item (thinner, stored later) never stands for it."""
+
+    async def run() -> None:
+        store = store_from_spec(store_spec)
+        await store.open()
+        try:
+            full = orjson.dumps({"id": "rs_1", "type": "reasoning", "summary": [], "content": [{"text": "T"}]})
+            bare = orjson.dumps({"id": "rs_1", "type": "reasoning", "summary": []})
+            # The copy comes a second later (whole-second created_at), as a client's next request does.
+            later = dataclasses.replace(record("resp_b"), created_at=2)
+            original = AppendItems(parent="resp_a", kind="output", owner=OWNER, created_at=1, items=[("rs_1", full)])
+            await store.write([InsertResponse(record=record("resp_a"), updated_at=1.0), original])
+            await store.write([InsertResponse(record=later, updated_at=2.0, input_items=[("rs_1", bare)])])
+            assert await store.find_item("rs_1", OWNER) == orjson.loads(full)
+            assert await store.find_item("rs_1", "someone else") is None
+        finally:
+            await store.aclose()
+
+    asyncio.run(run())
+
+
+def test_shared_secret_is_made_once_for_every_process(store_spec: str) -> None:
+    async def run() -> None:
+        first, second = store_from_spec(store_spec), store_from_spec(store_spec)
+        await first.open()
+        await second.open()
+        try:
+            made = await first.shared_secret("reasoning.encrypted_content", "one")
+            assert made == "one"
+            assert await second.shared_secret("reasoning.encrypted_content", "two") == "one"
+        finally:
+            await first.aclose()
+            await second.aclose()
 
     asyncio.run(run())
