@@ -1,5 +1,8 @@
 """Agent frameworks' tool round trips against a real server on 127.0.0.1: what the model receives.
 
+The server is the real app under uvicorn on a loopback port, in this process rather than a subprocess, so
+that its engine (``frameworks.PromptRecorder``) can keep every prompt's token ids for the test to read.
+
 Each framework resends the history of a tool turn in its own shape (the openai SDK as the items it got,
 LangChain's content blocks, LiteLLM's chat-completions bridge, pydantic-ai's message parts). Whatever the
 shape, the second engine call must read the turn as the model wrote it: its reasoning, its preamble on
