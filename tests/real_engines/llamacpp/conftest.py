@@ -13,8 +13,9 @@ The model (``tiny_model.scripted_checkpoint``) writes, after ``<|start|>assistan
 - `` kiwi``: `` la`` forever (budget cuts, a full context, disconnects);
 - `` lemon``: a final answer ending with ``<|endoftext|>`` instead of ``<|return|>``.
 
-One llama-server (``-c 1024``, one slot so that prefix caching is deterministic) and one
-``harmony-responses serve`` serve the whole module; tests that need their own start them.
+One llama-server (``-c 512``; one slot, so that prefix caching is deterministic; one thread: llama.cpp's
+threads spin, and two of them on two busy cores crawl) and one ``harmony-responses serve`` serve the whole
+module; tests that need their own start them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..gateway import EngineProcess, Gateway, start_engine, start_gateway
 from ..tiny_model import Chain, harmony_ids, random_checkpoint, scripted_checkpoint, to_gguf
 
 HERE = Path(__file__).resolve().parent
-N_CTX = 1024
+N_CTX = 512
 CALL = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>'
 ANSWER_TEXT = "Hi 🚀 ok，世界 鱻"
 ANSWER = f"<|channel|>final<|message|>{ANSWER_TEXT}<|return|>"
@@ -71,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def llama_server_argv(model: Path | None, *extra: str, ctx: int = N_CTX) -> list[str]:
-    argv = [str(SERVER), "--host", "127.0.0.1", "--port", "{port}", "-c", str(ctx), "-np", "1", "-t", "2"]
+    argv = [str(SERVER), "--host", "127.0.0.1", "--port", "{port}", "-c", str(ctx), "-np", "1", "-t", "1"]
     argv += ["--no-webui", "--log-colors", "off"]
     if model is not None:
         argv += ["-m", str(model)]
