@@ -31,7 +31,7 @@ import orjson
 
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
-from .loop import ResponseRun
+from .loop import SHUTDOWN_MESSAGE, ResponseRun
 from .recovery import closing_events
 from .turns import Turns
 
@@ -49,7 +49,6 @@ LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.i
 # Too small a lead idles the loop while a round commits: at 64 streams 1,024 delivered ~10 % more than 256
 # (bench/store_bench.py's setup, the two servers measured alternately), and 4,096 no more than 1,024.
 MAX_LEAD = 1024
-SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
 STORE_FAILED_MESSAGE = "The response could not be stored ({error}), so it was stopped."
 
 

@@ -72,6 +72,7 @@ _START, _CHANNEL, _MESSAGE, _END, _RETURN, _CALL = 200006, 200005, 200008, 20000
 _AFTER_CALL = frozenset({_START, _CHANNEL, _END, _RETURN, _CALL})
 # Past max_tool_calls, the model is told once; a further call ends the response (module docstring).
 MAX_REFUSED_CALLS = 1
+SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
 # How long to wait for an engine's EngineEnd after it stopped on <|call|> (it is due at once).
 SETTLE_SECONDS = 5.0
 
@@ -130,6 +131,7 @@ class ResponseRun:
         self._usage_seen = False  # this engine call's EngineEnd (prompt tokens) was received
         self.tool_calls = 0  # built-in calls run
         self._refused = 0  # built-in calls refused past max_tool_calls
+        self._shutting_down = False
 
     @property
     def request_id(self) -> str | None:
@@ -151,6 +153,19 @@ class ResponseRun:
             self._first = await anext(self._stream)
         except StopAsyncIteration:
             self._first = _Empty()
+
+    def shutdown(self) -> None:
+        """The server is shutting down: end at the next chunk (or tool result), failed, telling the client why."""
+        self._shutting_down = True
+
+    async def _end_for_shutdown(self) -> bool:
+        """If shutting down, stop the engine and fail the response; whether it did."""
+        t = self.translator
+        if not self._shutting_down or t.closed:
+            return False
+        await self._close_stream()
+        t.fail(SHUTDOWN_MESSAGE)
+        return True
 
     async def aclose(self) -> None:
         """Stop the engine's generation and close the tool sessions (idempotent): on disconnect, early close,
@@ -179,6 +194,8 @@ class ResponseRun:
             call = t.pending_tool_call
             if call is None:
                 break  # the engine call ended the response (answer, function call, cut, failure)
+            if await self._end_for_shutdown():
+                break
             await self._settle_call()
             result = await self._run_tool(call)
             t.send_tool_result(output=result.output, error=result.error, outputs=result.outputs, action=result.action)
@@ -243,6 +260,11 @@ class ResponseRun:
                 t.receive_usage(prompt_tokens=len(self._request.prompt_ids))
                 self._usage_seen = True
                 t.receive_end("stop")
+                return
+            if await self._end_for_shutdown():
+                events = t.events()
+                if events:
+                    yield self._finish(events)
                 return
             assert self._stream is not None
             try:

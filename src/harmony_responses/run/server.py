@@ -19,11 +19,13 @@ import dataclasses
 import logging
 import secrets
 import time
+import weakref
 from collections.abc import Sequence
 
 import anyio.to_thread
 
 from ..engine import Engine, EngineError
+from ..errors import APIError
 from ..ids import random_id
 from ..request import ReasoningSealer, ResponseRequest
 from ..store import StoreError
@@ -82,6 +84,8 @@ class Server:
         self.vocab: Vocabulary | None = None
         self.started_at = int(time.time())
         self.startup_error: Exception | None = None  # why start() failed, for the command line's last word
+        self.closing = False
+        self._runs: weakref.WeakSet[ResponseRun] = weakref.WeakSet()
 
     async def start(self) -> None:
         """Raises ``EngineError`` or ``StoreError`` (also kept in ``startup_error``) when it cannot serve."""
@@ -140,6 +144,10 @@ class Server:
             APIError: everything the run can be refused for before it starts (see ``start.build_run``).
         """
         assert self.vocab is not None, "Server.start() has not run"
+        if self.closing:
+            raise APIError(
+                "The server is shutting down; try again.", status=503, type="server_error", code="shutting_down"
+            )
         response_id = random_id("resp")
         created_at = int(time.time())
         run = await build_run(
@@ -154,4 +162,14 @@ class Server:
             web_search=self.web_search,
             mcp_options=self.mcp,
         )
+        self._runs.add(run)
         return await self.stored.respond(request, run, response_id=response_id, created_at=created_at)
+
+    def shut_down_runs(self) -> int:
+        """Refuse new responses and end the running ones at their next chunk, failed with the reason (the
+        grace period for finishing is over); returns how many were running."""
+        self.closing = True
+        runs = list(self._runs)
+        for run in runs:
+            run.shutdown()
+        return len(runs)

@@ -7,6 +7,7 @@ not a model) and which model names it answers to.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import os
@@ -29,6 +30,8 @@ __all__ = ["add_serve_arguments", "banner", "config_from_args", "serve"]
 
 # Young-generation collection threshold of a serving process (see _tune_gc).
 GC_THRESHOLD = 50_000
+# Seconds after the shutdown grace at which uvicorn cuts whatever connection still hangs.
+SHUTDOWN_BACKSTOP = 5.0
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +62,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         max_body_bytes=args.max_body_bytes,
         head_timeout=args.head_timeout,
         body_timeout=args.body_timeout,
+        shutdown_grace=args.shutdown_grace,
         current_date=args.current_date,
         knowledge_cutoff=args.knowledge_cutoff,
         context_window=args.context_window,
@@ -107,11 +111,37 @@ def banner(config: Config, engine_description: str, host: str, port: int, search
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, calling back once its sockets listen (so the banner shows the real port)."""
+    """uvicorn's server, calling back once its sockets listen (so the banner shows the real port), and
+    ending the responses still running ``grace`` seconds into a shutdown.
 
-    def __init__(self, config: uvicorn.Config, on_listening: Callable[[str, int], None]) -> None:
+    uvicorn's graceful shutdown waits for open connections to finish: a stream of many minutes kept a
+    SIGTERM waiting that long, and cutting connections at a deadline would leave streams without their
+    terminal event. After ``grace`` the running responses end failed, saying so (``Server.shut_down_runs``),
+    their streams finish, and uvicorn goes on to the lifespan's shutdown; its own deadline (a few seconds
+    later) remains for whatever still hangs.
+    """
+
+    def __init__(
+        self, config: uvicorn.Config, on_listening: Callable[[str, int], None], *, grace: float, app_server: Any
+    ) -> None:
         super().__init__(config)
         self._on_listening = on_listening
+        self._grace = grace
+        self._app_server = app_server
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        timer = asyncio.get_running_loop().call_later(self._grace, self._end_running)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
+
+    def _end_running(self) -> None:
+        running = self._app_server.shut_down_runs()
+        if running:
+            logging.getLogger("harmony_responses.serve").warning(
+                "shutdown: %d responses still running after %g s are ended", running, self._grace
+            )
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
@@ -165,8 +195,11 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             log_level=config.log_level,
             lifespan="on",
             http=api_http_protocol(config.head_timeout),
+            timeout_graceful_shutdown=config.shutdown_grace + SHUTDOWN_BACKSTOP,
         ),
         on_listening,
+        grace=config.shutdown_grace,
+        app_server=app.state.server,
     )
     try:
         server.run()

@@ -31,6 +31,7 @@ class Config:
         max_body_bytes: larger request bodies get 413.
         head_timeout, body_timeout: seconds a client may take to send a request's headers (then the
             connection is closed) and its body (then 408).
+        shutdown_grace: on SIGTERM, seconds running responses may go on before they are ended, failed.
         current_date: ``YYYY-MM-DD`` for the system message; None uses today's UTC date per request.
             Fixing it makes prompts (and prefix caches, tests) reproducible (pitfalls.md #63).
         knowledge_cutoff: the model's knowledge cutoff, written into the system message.
@@ -77,6 +78,7 @@ class Config:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     head_timeout: float = 20.0
     body_timeout: float = 60.0
+    shutdown_grace: float = 10.0
     current_date: str | None = None
     knowledge_cutoff: str = "2024-06"
     context_window: int = DEFAULT_CONTEXT_WINDOW

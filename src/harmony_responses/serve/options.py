@@ -247,6 +247,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         help="answer 408 to a request whose body takes longer than this to arrive",
     ),
+    Option(
+        flag="--shutdown-grace",
+        type=_seconds_or_zero,
+        default="10",
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, let running responses go on for this long, then end them failed (their "
+        "clients are told why) and exit",
+    ),
     Option(flag="--current-date", metavar="YYYY-MM-DD", help="date written into every prompt (default: today, UTC)"),
     Option(
         flag="--knowledge-cutoff",
