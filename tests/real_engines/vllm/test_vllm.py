@@ -197,6 +197,16 @@ def test_logprobs_with_top_alternatives(
             assert lp.logprob == -0.25
             # The sampled token first, then the scripted alternatives: -1, -2 (generate sends integer ids).
             assert [alt.logprob for alt in lp.top_logprobs] == [-0.25, -1.0, -2.0], server.name
+        # Plain sampling on this endpoint too, not generation_config.json's.
+        (new,) = server.events("case-lp", "new")
+        sampling = new["sampling"]
+        assert (sampling["temperature"], sampling["top_p"], sampling["min_p"], sampling["top_k"] in (0, -1)) == (
+            1.0,
+            1.0,
+            0.0,
+            True,
+        )
+        assert sampling["logprobs"] == 3 and sampling["skip_special_tokens"] is False
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "generate"])
