@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from harmony_responses.engine._base import GenerateRequest
 from harmony_responses.engine._options import EngineOptions
 from harmony_responses.engine._sglang import PLAIN_SAMPLING, SGLangEngine
 
@@ -66,3 +67,17 @@ def test_sampling_is_sent_in_full() -> None:
     assert PLAIN_SAMPLING["top_k"] == -1 and PLAIN_SAMPLING["min_p"] == 0.0
     assert (chosen["temperature"], chosen["top_p"], chosen["top_k"]) == (0.5, 0.25, -1)
     assert plain["skip_special_tokens"] is False and plain["no_stop_trim"] is True
+
+
+def test_abort_takes_sglangs_empty_answer() -> None:
+    # /abort_request answers 200 with an empty body: reading it as JSON made every abort log a failure.
+    async def abort(fake: SGLangFake) -> None:
+        engine = SGLangEngine(EngineOptions(url=fake.url))
+        try:
+            await engine.abort(engine.reader(GenerateRequest(prompt_ids=[1], request_id="resp_x")))
+        finally:
+            await engine.aclose()
+
+    with run_fake(SGLangFake()) as fake:
+        asyncio.run(abort(fake))
+        assert fake.aborts == ["resp_x"]

@@ -29,7 +29,16 @@ import orjson
 
 from ..tokens import TokenChunk, TokenLogprob
 from ._base import EngineMismatch, EngineProtocolError
-from ._http import HARMONY_PROBE, HTTPEngine, StreamReader, _logprob, final_channel_tag, max_new_tokens, token_ids
+from ._http import (
+    HARMONY_PROBE,
+    HTTPEngine,
+    StreamReader,
+    _logprob,
+    final_channel_tag,
+    max_new_tokens,
+    refused,
+    token_ids,
+)
 
 __all__ = ["PLAIN_SAMPLING", "SGLangEngine"]
 
@@ -169,4 +178,7 @@ class SGLangEngine(HTTPEngine):
         self.check_detokenized(text)
 
     async def abort(self, reader: StreamReader) -> None:
-        await self.post_json("/abort_request", {"rid": reader.rid})
+        # SGLang answers 200 with an empty body (not JSON): only the status says whether it was taken.
+        status, content = await self._call("POST", "/abort_request", orjson.dumps({"rid": reader.rid}))
+        if status >= 400:
+            raise refused(f"{self.label} (POST /abort_request)", status, content)

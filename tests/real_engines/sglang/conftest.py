@@ -181,7 +181,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SGLa
     finally:
         for sglang in started.values():
             assert sglang.process is not None
-            sglang.process.stop()
+            sglang.process.stop(timeout=5.0)  # SGLang drains, then sleeps 5 s for crash diagnostics: no need
 
 
 def _gateway(sglang: SGLang) -> Gateway:
