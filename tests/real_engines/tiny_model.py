@@ -92,7 +92,7 @@ PATTERN = "|".join(
     ]
 )
 
-# The tiny architecture: one full-attention layer (sliding windows would hide a marker further back),
+# The tiny architecture: one full-attention layer (a sliding window would hide a marker further back),
 # two heads sharing one KV head, two experts. ``hidden`` is the number of slots + modes available.
 HIDDEN = 128
 HEAD_DIM = 16
@@ -209,7 +209,9 @@ def _config(hidden: int, **extra: object) -> dict[str, object]:
         "experts_per_token": 1,
         "max_position_embeddings": CONTEXT,
         "initial_context_length": CONTEXT,
-        "sliding_window": 128,
+        # llama.cpp ignores layer_types and makes every even layer of a gpt-oss a sliding-window one: a
+        # window as long as the context keeps markers visible wherever they are.
+        "sliding_window": CONTEXT,
         "layer_types": ["full_attention"],
         "rope_theta": 150000.0,
         "rope_scaling": {
