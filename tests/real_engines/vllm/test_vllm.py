@@ -476,3 +476,14 @@ def test_a_token_id_out_of_the_models_vocabulary_is_the_clients_400(
         _adapter_call(server, GenerateRequest(prompt_ids=prompt, max_tokens=3))
     assert (info.value.status_hint, info.value.code_hint) == (400, "invalid_request_error")
     assert "an error in the stream" in str(info.value) and "out of vocabulary" in str(info.value)
+
+
+def test_a_prompt_over_max_model_len_is_context_length_exceeded(completions: VLLM) -> None:
+    # Our server refuses such a prompt itself now that it knows the context; the engine's own refusal
+    # (HTTP 400 "This model's maximum context length is 4096 tokens…") still maps to the same 400.
+    prompt = harmony("<|start|>user<|message|>" + "lorem ipsum " * 2500 + "<|end|><|start|>assistant")
+    assert len(prompt) > MAX_MODEL_LEN
+    with pytest.raises(EngineRefused) as info:
+        _adapter_call(completions, GenerateRequest(prompt_ids=prompt, max_tokens=10))
+    assert (info.value.status_hint, info.value.code_hint) == (400, "context_length_exceeded")
+    assert "maximum context length is 4096 tokens" in str(info.value)
