@@ -639,14 +639,18 @@ def _check_input(body: Mapping[str, Any]) -> None:
         return
     if not isinstance(value, list):
         raise _invalid_type("input", "a string or an array of input items", value)
-    if len(value) > MAX_INPUT_ITEMS:
+    _check_length("input", value, MAX_INPUT_ITEMS)
+    check_items(value, "input")
+
+
+def _check_length(param: str, value: Sequence[Any], maximum: int) -> None:
+    if len(value) > maximum:
         raise APIError(
-            f"Invalid 'input': array too long. Expected an array with maximum length {MAX_INPUT_ITEMS}, but got "
-            f"an array with length {len(value)} instead.",
-            param="input",
+            f"Invalid '{param}': array too long. Expected an array with maximum length {maximum}, but got an "
+            f"array with length {len(value)} instead.",
+            param=param,
             code="array_above_max_length",
         )
-    check_items(value, "input")
 
 
 def conversation_items(body: Mapping[str, Any], *, required: bool) -> list[Any]:
@@ -658,13 +662,7 @@ def conversation_items(body: Mapping[str, Any], *, required: bool) -> list[Any]:
         return []
     if not isinstance(raw, list):
         raise _invalid_type("items", "an array of items", raw)
-    if len(raw) > MAX_CONVERSATION_ITEMS:
-        raise APIError(
-            f"Invalid 'items': array too long. Expected an array with maximum length {MAX_CONVERSATION_ITEMS}, "
-            f"but got an array with length {len(raw)} instead.",
-            param="items",
-            code="array_above_max_length",
-        )
+    _check_length("items", raw, MAX_CONVERSATION_ITEMS)
     check_items(raw, "items")
     return raw
 
