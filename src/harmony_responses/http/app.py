@@ -27,7 +27,7 @@ from .auth import BearerAuth
 from .errors import exception_handlers, json_response
 from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
-from .responses import create_response
+from .responses import count_input_tokens, create_response
 from .stored import routes as stored_routes
 
 __all__ = ["build_app"]
@@ -53,7 +53,7 @@ async def retrieve_model(request: Request) -> Response:
 
 
 async def not_implemented(request: Request) -> Response:
-    # POST /v1/responses/compact and /input_tokens would otherwise match /v1/responses/{id} and answer 405,
+    # POST /v1/responses/compact would otherwise match /v1/responses/{id} and answer 405,
     # which tells a client the endpoint exists; 404 is what clients and llm-comply expect of a server
     # without them.
     raise HTTPException(404)
@@ -100,7 +100,7 @@ def build_app(
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/v1/responses/compact", not_implemented, methods=["POST"]),
-        Route("/v1/responses/input_tokens", not_implemented, methods=["POST"]),
+        Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         *stored_routes,
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)

@@ -19,13 +19,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp
 
 from ..errors import APIError
-from ..request import read_request
+from ..request import ResponseRequest, read_request
 from ..run import Background, Server
 from .auth import owner_of
 from .errors import json_response
 from .streaming import FollowStream, RunResponse
 
-__all__ = ["create_response", "read_json_body"]
+__all__ = ["count_input_tokens", "create_response", "read_json_body"]
 
 
 def _too_large(limit: int) -> APIError:
@@ -94,10 +94,9 @@ async def read_json_body(request: Request, limit: int) -> Any:
         ) from None
 
 
-async def create_response(request: Request) -> ASGIApp:
+async def _read(request: Request, body: Any) -> ResponseRequest:
     server: Server = request.app.state.server
-    body = await read_json_body(request, request.app.state.max_body_bytes)
-    prepared = await read_request(
+    return await read_request(
         body,
         owner=owner_of(request),
         models=server.models,
@@ -105,6 +104,28 @@ async def create_response(request: Request) -> ASGIApp:
         sealer=server.sealer,
         web_search=server.web_search is not None,
     )
+
+
+async def count_input_tokens(request: Request) -> ASGIApp:
+    """``POST /v1/responses/input_tokens``: ``{"object": "response.input_tokens", "input_tokens": N}``.
+
+    The body is a create body (``model`` optional: the server's default model); it is read and rendered as
+    create reads and renders it, so the count is the prompt create would send, and what create refuses
+    with a 4xx is refused the same way here.
+    """
+    server: Server = request.app.state.server
+    body = await read_json_body(request, request.app.state.max_body_bytes)
+    if isinstance(body, dict) and body.get("model") is None:
+        body = {**body, "model": server.models[0]}
+    prepared = await _read(request, body)
+    tokens = await server.count_input_tokens(prepared)
+    return json_response({"object": "response.input_tokens", "input_tokens": tokens})
+
+
+async def create_response(request: Request) -> ASGIApp:
+    server: Server = request.app.state.server
+    body = await read_json_body(request, request.app.state.max_body_bytes)
+    prepared = await _read(request, body)
     outcome = await server.create_response(prepared)
     stream = prepared.options.stream
     if isinstance(outcome, Background):

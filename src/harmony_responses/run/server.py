@@ -36,7 +36,7 @@ from ..vocab import Vocabulary, load_encoding, load_vocabulary
 from .conversations import Conversations
 from .live import StoredRun
 from .loop import ResponseRun
-from .start import Prompting, build_run
+from .start import Prompting, build_run, count_input_tokens
 from .stored import Background, StoredResponses
 
 __all__ = ["Server"]
@@ -164,6 +164,18 @@ class Server:
         )
         self._runs.add(run)
         return await self.stored.respond(request, run, response_id=response_id, created_at=created_at)
+
+    async def count_input_tokens(self, request: ResponseRequest) -> int:
+        """``POST /v1/responses/input_tokens``: the prompt tokens ``request`` would cost, rendered as create does.
+
+        Raises:
+            APIError: what create refuses before it runs (an MCP server the client may not use, a request that
+                cannot be rendered).
+        """
+        assert self.vocab is not None, "Server.start() has not run"
+        return await count_input_tokens(
+            request, prompting=self.prompting, python_description=self.containers.description(), mcp_options=self.mcp
+        )
 
     def shut_down_runs(self) -> int:
         """Refuse new responses and end the running ones at their next chunk, failed with the reason (the

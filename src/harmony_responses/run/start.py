@@ -33,7 +33,7 @@ from ..vocab import Vocabulary
 from .fit import render_to_fit
 from .loop import ResponseRun
 
-__all__ = ["Prompting", "build_run"]
+__all__ = ["Prompting", "build_run", "count_input_tokens", "render_prompt"]
 
 logger = logging.getLogger("harmony_responses.run")
 
@@ -120,6 +120,61 @@ def _render(request: dict[str, Any], *, prompting: Prompting, python_description
         ) from exc
 
 
+async def render_prompt(
+    request: ResponseRequest,
+    *,
+    prompting: Prompting,
+    python_description: str | None,
+    mcp_options: McpOptions,
+    fit: bool = True,
+) -> tuple[dict[str, Any], McpPlan, Any]:
+    """The request's prompt as create renders it: ``(model_request, mcp plan, rendered)``.
+
+    Shared by ``build_run`` and ``count_input_tokens``, so that a count is exactly the prompt a create would
+    send. ``fit`` False renders the whole request even when it does not fit the window (a count of a prompt
+    too long for it is still a count; with ``truncation: "auto"`` the count is that of the prompt kept).
+
+    Raises:
+        APIError: 400 for an MCP server the client may not use, a request that cannot be rendered, or (``fit``)
+            one that does not fit the context window.
+    """
+    model_request = dict(request.model_request)
+    mcp = await _prepare_mcp(model_request, mcp_options)  # lists the MCP servers' tools: the prompt declares them
+    fit_all = not fit and request.options.truncation != "auto"
+    render = functools.partial(
+        render_to_fit,
+        model_request,
+        functools.partial(_render, prompting=prompting, python_description=python_description),
+        # Without fitting: a window no prompt exceeds, so the whole request renders once.
+        context_window=2**62 if fit_all else prompting.context_window,
+        truncation=request.options.truncation,
+    )
+    if _json_size(model_request) <= INLINE_RENDER_BYTES:
+        rendered = render()
+    else:
+        # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
+        # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
+        # back every switch interval instead of waiting for the whole render.)
+        rendered = await offload(render)
+    return model_request, mcp, rendered
+
+
+async def count_input_tokens(
+    request: ResponseRequest, *, prompting: Prompting, python_description: str | None, mcp_options: McpOptions
+) -> int:
+    """The prompt token count of ``request``: what create would send the engine, prefill included.
+
+    Nothing runs: no container is created and no MCP session stays open (listing a server's tools is part of
+    rendering its declaration, so MCP servers are listed).
+    """
+    _, mcp, rendered = await render_prompt(
+        request, prompting=prompting, python_description=python_description, mcp_options=mcp_options, fit=False
+    )
+    for session in mcp.sessions:
+        await session.aclose()
+    return len(rendered.token_ids)
+
+
 async def build_run(
     request: ResponseRequest,
     *,
@@ -155,25 +210,11 @@ async def build_run(
     browser = _browser_session(web_search, request)
     if browser is not None:
         tool_sessions.add(browser)
-    model_request = dict(request.model_request)
-    mcp = await _prepare_mcp(model_request, mcp_options)  # lists the MCP servers' tools: the prompt declares them
+    model_request, mcp, rendered = await render_prompt(
+        request, prompting=prompting, python_description=containers.description(), mcp_options=mcp_options
+    )
     for session in mcp.sessions:
         tool_sessions.add(session)
-
-    render = functools.partial(
-        render_to_fit,
-        model_request,
-        functools.partial(_render, prompting=prompting, python_description=containers.description()),
-        context_window=prompting.context_window,
-        truncation=options.truncation,
-    )
-    if _json_size(model_request) <= INLINE_RENDER_BYTES:
-        rendered = render()
-    else:
-        # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
-        # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
-        # back every switch interval instead of waiting for the whole render.)
-        rendered = await offload(render)
     try:
         mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
     except McpRequestError as exc:
