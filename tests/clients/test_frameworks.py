@@ -189,7 +189,7 @@ def test_langchain_failed_response_raises(start: Start) -> None:
 # ---------------------------------------------------------------------------------------------- LiteLLM
 
 
-def _litellm(live: Live, messages: list[Any]) -> Any:
+def _litellm(live: Live, messages: list[Any], **kwargs: Any) -> Any:
     import litellm
 
     tools = [{"type": "function", "function": {k: TOOL[k] for k in ("name", "description", "parameters")}}]
@@ -201,14 +201,19 @@ def _litellm(live: Live, messages: list[Any]) -> Any:
         messages=messages,
         tools=tools,
         num_retries=0,
+        **kwargs,
     )
 
 
-def test_litellm_responses_bridge_tool_round_trip(start: Start) -> None:
+@pytest.mark.parametrize("summary", [False, True], ids=["plain", "summary"])
+def test_litellm_responses_bridge_tool_round_trip(start: Start, summary: bool) -> None:
     # The bridge resends reasoning as {"type": "reasoning", "id": …, "summary": []}: the store gives it back.
+    # Its reasoning_content comes from summaries only.
     recorder, live = start()
     messages: list[Any] = [{"role": "user", "content": QUESTION}]
-    message = _litellm(live, messages).choices[0].message
+    kwargs = {"reasoning_effort": {"effort": "low", "summary": "auto"}} if summary else {}
+    message = _litellm(live, messages, **kwargs).choices[0].message
+    assert getattr(message, "reasoning_content", None) == (REASONING if summary else None)
     assert message.tool_calls and message.tool_calls[0].function.name == "get_weather"
     messages.append(message.model_dump(exclude_none=True))
     for call in message.tool_calls:
