@@ -227,7 +227,7 @@ def _config(hidden: int, **extra: object) -> dict[str, object]:
         "pad_token_id": 199999,
         "bos_token_id": 199998,
         "tie_word_embeddings": False,
-        "torch_dtype": "float32",
+        "torch_dtype": "float16",
     }
     config.update(extra)
     return config
@@ -249,7 +249,8 @@ def _save(out: Path, config: dict[str, object], weights: dict[str, object] | Non
                     tensor.copy_(torch.as_tensor(weights[name], dtype=tensor.dtype))
                 elif name.endswith("norm.weight"):
                     tensor.fill_(1.0)
-    model.save_pretrained(str(out))
+    # float16 on disk: half the cache, and the GGUF is float16 anyway.
+    model.to(torch.float16).save_pretrained(str(out))
     tokenizer = harmony_tokenizer()
     for f in tokenizer.iterdir():
         if f.is_file() and f.name != ".complete":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,11 @@ import openai
 import pytest
 
 from harmony_responses.engine import EngineOptions
-from harmony_responses.engine._base import EngineMismatch, EngineRefused, GenerateRequest
+from harmony_responses.engine._base import EngineMismatch, EngineRefused, EngineUnavailable, GenerateRequest
 from harmony_responses.engine._llamacpp import LlamaCppEngine
 from harmony_responses.tokens import EngineEnd, TokenChunk
 
-from ..gateway import EngineProcess, Gateway, gateway, run_gateway_until_exit, start_engine
+from ..gateway import EngineProcess, Gateway, free_port, gateway, run_gateway_until_exit, start_engine
 from ..tiny_model import ASSISTANT, harmony_ids
 from .conftest import (
     AFTER_TOOL_TEXT,
@@ -173,7 +174,7 @@ def test_logprobs_with_top_alternatives(gw: Gateway) -> None:
     ok = next(lp for lp in logprobs if lp.token == " ok")
     assert ok.top_logprobs[0].token == " ok"
     runner = ok.top_logprobs[1]
-    assert runner.token == " OK" and abs(runner.logprob - (-RUNNER_UP_GAP)) < 0.05
+    assert runner.token == " OK" and abs(runner.logprob - (-RUNNER_UP_GAP)) < 0.1
     assert RUNNER_UP == harmony_ids(" OK")[0]
 
 
@@ -271,31 +272,54 @@ def test_a_client_that_goes_away_stops_the_generation(gw: Gateway, llama: Engine
 
 
 def test_start_up_waits_for_an_engine_that_is_still_loading(scripted_gguf: Path, tmp_path: Path) -> None:
-    engine = start_engine(llama_server_argv(scripted_gguf), health=None, log_dir=tmp_path, name="llama-server")
-    try:
-        # The model takes seconds to load (its 201,088-token vocabulary): /health answers 503 meanwhile.
+    # Our server starts first and retries; llama-server starts 1.5 s later and loads for seconds (its
+    # 201,088-token vocabulary), answering /health with 503 meanwhile.
+    port = free_port()
+    started: dict[str, Any] = {}
+
+    def launch() -> None:
+        argv = llama_server_argv(scripted_gguf)
+        started["engine"] = start_engine(argv, port=port, health=None, log_dir=tmp_path, name="llama-server")
         seen: set[int | str] = set()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and 503 not in seen:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and 200 not in seen:
             try:
-                seen.add(httpx.get(engine.url + "/health", timeout=2).status_code)
+                seen.add(httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code)
             except httpx.HTTPError:
                 seen.add("refused")
             time.sleep(0.02)
-        assert 503 in seen, seen
-        with gateway(f"llamacpp:{engine.url}", args=["--engine-start-wait", "60"], log_dir=tmp_path) as gw:
-            assert "Loading model" in gw.output() or "not ready" in gw.output() or "retrying" in gw.output()
+        started["seen"] = seen
+
+    timer = threading.Timer(1.5, launch)
+    timer.start()
+    try:
+        args = ["--engine-start-wait", "60"]
+        with gateway(f"llamacpp:http://127.0.0.1:{port}", args=args, log_dir=tmp_path, timeout=90) as gw:
+            timer.join()
+            assert 503 in started["seen"], started["seen"]
+            assert "retrying" in gw.output()
             assert gw.client().responses.create(model=MODEL, input="hi zebra").output_text == ANSWER_TEXT
     finally:
-        engine.stop()
+        timer.cancel()
+        timer.join()
+        if "engine" in started:
+            started["engine"].stop()
 
 
-def test_start_up_without_waiting_fails_on_a_loading_engine(scripted_gguf: Path, tmp_path: Path) -> None:
+def test_start_up_without_waiting_refuses_a_loading_engine(scripted_gguf: Path, tmp_path: Path) -> None:
     engine = start_engine(llama_server_argv(scripted_gguf), health=None, log_dir=tmp_path, name="llama-server")
     try:
-        status, output = run_gateway_until_exit(f"llamacpp:{engine.url}", args=["--engine-start-wait", "0"])
-        assert status not in (None, 0), output
-        assert "llamacpp" in output
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(engine.url + "/health", timeout=2).status_code == 503:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.01)
+        # The adapter's check, in-process (milliseconds, well inside the loading window).
+        with pytest.raises(EngineUnavailable, match="503"):
+            asyncio.run(LlamaCppEngine(EngineOptions(url=engine.url)).start())
     finally:
         engine.stop()
 
