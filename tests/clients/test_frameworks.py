@@ -4,7 +4,8 @@ The server is the real app under uvicorn on a loopback port, in this process rat
 that its engine (``frameworks.PromptRecorder``) can keep every prompt's token ids for the test to read.
 
 Each framework resends the history of a tool turn in its own shape (the openai SDK as the items it got,
-LangChain's content blocks, LiteLLM's chat-completions bridge, pydantic-ai's message parts). Whatever the
+LangChain's content blocks, LiteLLM's chat-completions bridge, pydantic-ai's message parts, the Vercel AI
+SDK's, run by node). Whatever the
 shape, the second engine call must read the turn as the model wrote it: its reasoning, its preamble on
 commentary, its call's arguments byte for byte, then the tool's result (``frameworks.HISTORY``). Before
 issue 14 the same turn rendered to 179 tokens through LangChain streaming and LiteLLM (reasoning lost) and
@@ -16,7 +17,9 @@ only summaries, and that a failed response raises in every one of them.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from harmony_responses.serve import Config, create_app
 from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
 
+from .conftest import ALLOW_MISSING_ENV, REPO
 from .frameworks import ANSWER, HISTORY, MODEL, QUESTION, REASONING, TOOL_OUTPUT, PromptRecorder
 
 # LiteLLM fetches its model price list from GitHub at import unless told to use the copy it ships.
@@ -279,3 +283,36 @@ def test_pydantic_ai_failed_response_raises(start: Start) -> None:
     _, live = start(failing_engine())
     with pytest.raises(ModelHTTPError, match="GPU on fire"):
         _run_agent(live)
+
+
+# ---------------------------------------------------------------------------------------------- Vercel AI SDK
+
+VERCEL_SCRIPT = Path(__file__).with_name("vercel_round_trip.mjs")
+
+
+def _vercel(live: Live, mode: str) -> dict[str, Any]:
+    """The AI SDK (npm ``ai`` and ``@ai-sdk/openai``, pinned in package.json) run by node on our server."""
+    if not (REPO / "node_modules" / "ai").is_dir():
+        if os.environ.get(ALLOW_MISSING_ENV):
+            pytest.skip("the Vercel AI SDK is not installed (npm ci)")
+        pytest.fail("the Vercel AI SDK is not installed: run scripts/install (npm ci)")
+    # node finds the packages in the repository's node_modules, up from the script's folder.
+    done = subprocess.run(
+        ["node", str(VERCEL_SCRIPT), live.base_url, mode], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["generate", "stream"])
+def test_vercel_ai_sdk_tool_round_trip_shows_reasoning(start: Start, mode: str) -> None:
+    recorder, live = start()
+    result = _vercel(live, mode)
+    assert result == {"text": ANSWER, "reasoning": REASONING}
+    assert_model_read_the_turn_as_written(recorder)
+
+
+def test_vercel_ai_sdk_failed_response_raises(start: Start) -> None:
+    # A 200 with status "failed" was "Invalid JSON response" to generateText.
+    _, live = start(failing_engine())
+    assert "GPU on fire" in _vercel(live, "generate")["error"]
