@@ -6,7 +6,8 @@ them, on 127.0.0.1, with their output in a log file that a failure message quote
 - ``start_gateway(engine_spec, ...)`` starts ``.venv/bin/harmony-responses serve --engine SPEC --port 0``
   and waits for its banner (``listening on http://127.0.0.1:PORT/v1``: the port is the one the server
   bound, so there is no race for a free port); the ``Gateway`` gives the base URL, ``openai.OpenAI`` /
-  ``openai.AsyncOpenAI`` clients and ``stop()``. ``gateway(...)`` is the same as a context manager.
+  ``openai.AsyncOpenAI`` clients and ``stop()``; with ``record=True`` also what the server got from the
+  engine (``records()``: the ``--record`` file). ``gateway(...)`` is the same as a context manager.
 - ``run_gateway_until_exit(...)`` runs the server when it is expected to refuse to start (a start-up
   check failing) and returns its exit status and output.
 - ``start_engine(argv, ...)`` starts an engine command (``{port}`` in ``argv`` is replaced by a free
@@ -17,6 +18,7 @@ them, on 127.0.0.1, with their output in a log file that a failure message quote
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -119,6 +121,8 @@ class Gateway:
     log: Path
     api_key: str = "unused"
     _clients: list[openai.OpenAI | openai.AsyncOpenAI] = field(default_factory=list, repr=False)
+    # The --record file when started with ``record=True``: every engine call the server made.
+    record: Path | None = None
 
     @property
     def url(self) -> str:
@@ -161,6 +165,12 @@ class Gateway:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def records(self) -> list[dict[str, object]]:
+        """The engine calls recorded so far (``record=True``), oldest first: ids, chunks, finish, counts."""
+        if self.record is None or not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines() if line.strip()]
+
     def stop(self, timeout: float = 15.0) -> None:
         for client in self._clients:
             with contextlib.suppress(Exception):
@@ -186,6 +196,7 @@ def start_gateway(
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
     log_dir: Path | None = None,
+    record: bool = False,
 ) -> Gateway:
     """Start ``harmony-responses serve --engine ENGINE_SPEC`` and wait for its banner.
 
@@ -196,18 +207,22 @@ def start_gateway(
         env: variables added to the environment.
         timeout: how long the start-up (the engine check included) may take.
         log_dir: where the log goes (default: a new temporary folder).
+        record: also ``--record`` every engine call to a file next to the log (``Gateway.records()``).
 
     Raises:
         GatewayFailed: it exited before listening, or did not listen in time (quoting its output).
     """
     log = _log_file(log_dir, "serve")
     data_dir = Path(tempfile.mkdtemp(prefix="data-", dir=log.parent))
+    record_path = log.with_suffix(".record.jsonl") if record else None
+    if record_path is not None:
+        args = [*args, "--record", str(record_path)]
     process = _popen(_serve_argv(engine_spec, model, data_dir, args), log, env, ROOT)
     deadline = time.monotonic() + timeout
     while True:
         match = _BANNER.search(log.read_bytes())
         if match:
-            return Gateway(process=process, port=int(match[1]), log=log)
+            return Gateway(process=process, port=int(match[1]), log=log, record=record_path)
         if process.poll() is not None:
             raise GatewayFailed(f"harmony-responses serve exited with {process.returncode}:\n{_tail(log)}")
         if time.monotonic() > deadline:

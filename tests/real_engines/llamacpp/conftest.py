@@ -100,11 +100,7 @@ def llama(scripted_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture(scope="module")
 def gw(llama: EngineProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    logs = tmp_path_factory.mktemp("serve")
-    gateway = start_gateway(
-        f"llamacpp:{llama.url}", args=["--record", str(logs / "record.jsonl")], log_dir=logs, timeout=60
-    )
-    gateway.record = logs / "record.jsonl"  # type: ignore[attr-defined]
+    gateway = start_gateway(f"llamacpp:{llama.url}", record=True, log_dir=tmp_path_factory.mktemp("serve"))
     yield gateway
     gateway.stop()
 
