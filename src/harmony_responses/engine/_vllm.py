@@ -57,7 +57,7 @@ ABORT_PATHS = ("/inference/v1/abort_requests", "/abort_requests")  # preferred f
 # The prefix vLLM's generate endpoint puts before the request id it was given (serving.py).
 GENERATE_ID_PREFIX = "generate-tokens-"
 # What "off" is for each sampling option vLLM would otherwise fill from generation_config.json.
-# top_k -1 rather than 0: both mean off in vLLM 0.33, and versions before 0.9 accepted only -1.
+# top_k -1 rather than 0: both mean off in vLLM 0.33, and older versions accepted only -1.
 PLAIN_SAMPLING: dict[str, Any] = {
     "temperature": 1.0,
     "top_p": 1.0,
@@ -123,7 +123,8 @@ class CompletionsReader(StreamReader):
 
 
 class _GenerateReader(CompletionsReader):
-    pass
+    """``/inference/v1/generate`` chunks: the completions shape's ``choices[0]`` fields, logprobs as
+    ``{"content": [{"token_id", "logprob", "top_logprobs": [{"token_id", "logprob"}]}]}``."""
 
 
 class VLLMEngine(HTTPEngine):
