@@ -471,6 +471,15 @@ class SGLangFake(Fake):
 _SHOWN_SPECIALS = {200003: b"<|constrain|>", 200005: b"<|channel|>", 200006: b"<|start|>", 200008: b"<|message|>"}
 
 
+def _ends_inside_character(text: bytes) -> bool:
+    # llama-server's validate_utf8: a lead byte among the last four bytes that lacks its continuation.
+    for i in range(1, min(4, len(text)) + 1):
+        c = text[-i]
+        if (c & 0xE0) == 0xC0 and i < 2 or (c & 0xF0) == 0xE0 and i < 3 or (c & 0xF8) == 0xF0 and i < 4:
+            return True
+    return False
+
+
 class LlamaCppFake(Fake):
     """llama.cpp's llama-server (as the real one answered, tests/real_engines/llamacpp): /completion with a
     token prompt; stops on its EOG set; with ``router`` a ``--models-dir`` router.
@@ -579,11 +588,10 @@ class LlamaCppFake(Fake):
             shown = ids[:-1] if last and matched is not None and not s.include_stop else ids
             if not shown:
                 return None
-            generated = text_of(out[: k + len(ids)])
-            if generated.decode("utf-8", "ignore").encode() != generated:  # ends inside a character
+            if _ends_inside_character(text_of(out[: k + len(ids)])):
                 held.extend(shown)
                 return None
-            content = text_of(held + shown).decode()
+            content = text_of(held + shown).decode(errors="replace")  # as llama.cpp's JSON does
             held.clear()
             obj: dict[str, Any] = {
                 "index": 0,

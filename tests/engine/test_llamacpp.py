@@ -56,6 +56,15 @@ def test_ids_left_out_mid_character_are_recovered_exactly() -> None:
     assert emoji.logprobs is not None and emoji.logprobs[0].top == () and len(emoji.logprobs[1].top) == 2
 
 
+def test_ids_left_out_before_a_special_token_are_given_up_not_fatal() -> None:
+    # Not what a model writes (an unfinished emoji, then a header): llama.cpp sends U+FFFD for the
+    # fragment; the generation goes on with the ids it sent.
+    tokens = harmony("<|channel|>final<|message|>Hi") + [169883] + harmony("<|end|><|start|>assistant<|return|>")
+    with run_fake(LlamaCppFake(Scenario(tokens=tokens))) as fake:
+        _, ids, _, end = asyncio.run(_run(fake, GenerateRequest(prompt_ids=PROMPT, max_tokens=50)))
+    assert end.reason == "stop" and 169883 not in ids and ids[-1] == 200002
+
+
 def test_recover_ids_cuts_only_inside_characters() -> None:
     assert recover_ids(b"Hi", " 🚀".encode()[:-1], 1) == [169883]
     assert recover_ids("世界".encode(), " 鱻".encode()[:-1], 2) == [3348, 109]

@@ -40,10 +40,11 @@ import functools
 import logging
 import math
 from typing import Any
+from urllib.parse import quote
 
 from ..tokens import TokenChunk, TokenLogprob
 from ..vocab import load_vocabulary
-from ._base import EngineMismatch, EngineProtocolError
+from ._base import EngineMismatch, EngineProtocolError, EngineRefused
 from ._http import (
     HARMONY_PROBE,
     LOGPROB_FLOOR,
@@ -139,7 +140,7 @@ def recover_ids(before: bytes, missing: bytes, count: int) -> list[int] | None:
 class _Reader(StreamReader):
     def __init__(self, request: Any, label: str) -> None:
         super().__init__(request, label)
-        self.predicted = 0  # ids accounted for (sent or recovered)
+        self.predicted = 0  # ids generated so far (``tokens_predicted``)
         self.text = b""  # the last bytes of the generated text (what a missing id's cut is judged on)
         self.unsent = 0  # ids llama-server never sent (generation ended inside a character)
 
@@ -160,7 +161,8 @@ class _Reader(StreamReader):
                     logprobs = [TokenLogprob(logprob=0.0) for _ in recovered] + logprobs
             elif gap > 0 and obj.get("stop"):
                 self.unsent = gap
-        self.predicted += len(ids)
+        # In step with the engine's count, also after ids that could not be recovered.
+        self.predicted = predicted if type(predicted) is int else self.predicted + len(ids)
         if ids:
             content = obj.get("content")
             self.text = (self.text + content.encode())[-4:] if isinstance(content, str) else b""
@@ -169,17 +171,29 @@ class _Reader(StreamReader):
         return self.chunk(ids, logprobs)
 
     def _recover(self, content: Any, ids: list[int], gap: int) -> list[int]:
-        table = load_vocabulary().token_bytes
-        sent = b"".join(table[t] if t < FIRST_SPECIAL else b"" for t in ids)
+        vocabulary = load_vocabulary()
         data = content.encode() if isinstance(content, str) else b""
+        sent = b""
+        for t in ids:
+            # A special token shows as its name when llama.cpp's vocabulary marks it user-defined.
+            piece = vocabulary.token_bytes[t] if t < FIRST_SPECIAL else vocabulary.special_name(t).encode()
+            sent += piece
+        if not data.endswith(sent):
+            sent = b""
         recovered = None
-        if data.endswith(sent) and len(data) > len(sent):
+        if len(data) > len(sent):
             recovered = recover_ids(self.text, data[: len(data) - len(sent)], gap)
         if recovered is None:
-            raise EngineProtocolError(
-                f"{self.label}: left out {gap} token id(s) before {ids} and their text {content!r} does not "
-                f"split into that many tokens"
+            # Not text a model writes (an unfinished character before a special token, which llama.cpp
+            # then sends with U+FFFD): go on with the ids that came, as the engine sent them.
+            logger.warning(
+                "%s: %d token id(s) before %s were not sent and their text %r does not split into that many",
+                self.label,
+                gap,
+                ids,
+                content,
             )
+            return []
         return recovered
 
     def _logprobs(self, probs: list[dict[str, Any]], ids: list[int]) -> list[TokenLogprob]:
@@ -256,7 +270,12 @@ class LlamaCppEngine(HTTPEngine):
         await self.get_ok("/health")
         props = await self.get_json("/props")
         self.router = isinstance(props, dict) and props.get("role") == "router"
-        listed = await self.get_json("/v1/models")
+        try:
+            listed = await self.get_json("/v1/models")
+        except EngineRefused as exc:
+            if exc.status != 404:
+                raise
+            listed = None  # a build without the OpenAI-style routes: nothing to check the name against
         data = listed.get("data") if isinstance(listed, dict) else None
         served: list[str] = []
         names: set[str] = set()
@@ -281,14 +300,8 @@ class LlamaCppEngine(HTTPEngine):
             raise EngineMismatch(f"{self.label}: /detokenize answered {detokenized!r}, not {{'content': …}}")
         self.check_detokenized(text)
         if self.router:
-            props = await self.get_json(f"/props?model={_quote(self.model or '')}")
+            props = await self.get_json(f"/props?model={quote(self.model or '', safe='')}")
         settings = props.get("default_generation_settings") if isinstance(props, dict) else None
         n_ctx = (settings or {}).get("n_ctx")
         if type(n_ctx) is int and n_ctx > 0:
             self.context_length = n_ctx
-
-
-def _quote(value: str) -> str:
-    from urllib.parse import quote
-
-    return quote(value, safe="")
