@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from harmony_responses.cli import build_parser
 from harmony_responses.serve.cli import add_serve_arguments, banner, config_from_args, serve
@@ -100,6 +101,14 @@ def test_serve_starts_and_says_where(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
         assert reply.json()["output"][-1]["content"][0]["text"] == "You said: ping"
+        # WebSocket upgrades get through the server's own HTTP protocol class (openai's responses.connect()).
+        with OpenAI(base_url=base, api_key="unused", max_retries=0) as client:
+            with client.responses.connect() as connection:
+                connection.response.create(model="gpt-oss-20b", input="ping", store=False)
+                for event in connection:
+                    if event.type == "response.completed":
+                        assert event.response.output_text == "You said: ping"
+                        break
     finally:
         process.terminate()
         process.wait(10)

@@ -48,19 +48,27 @@ class CodexRun:
         return f"exit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
 
 
-@pytest.fixture
-def run_codex(codex: Path, tmp_path: Path) -> Callable[[str, str], CodexRun]:
-    """``run_codex(base_url, prompt)``: one ``codex exec`` against the server at ``base_url``."""
+# Codex's built-in provider pointed at the server, as most users set it up: it speaks WebSocket mode
+# (OpenAI-Beta: responses_websockets=…) first, warming the connection up with a `generate: false` request.
+BUILTIN_CONFIG_TOML = """\
+model = "{model}"
+openai_base_url = "{base_url}/v1"
+"""
 
-    def _run(base_url: str, prompt: str) -> CodexRun:
+
+@pytest.fixture
+def run_codex(codex: Path, tmp_path: Path) -> Callable[..., CodexRun]:
+    """``run_codex(base_url, prompt, config=CONFIG_TOML)``: one ``codex exec`` against the server at ``base_url``."""
+
+    def _run(base_url: str, prompt: str, config: str = CONFIG_TOML) -> CodexRun:
         home = tmp_path / "codex-home"
         home.mkdir(exist_ok=True)
-        (home / "config.toml").write_text(CONFIG_TOML.format(model=MODEL, base_url=base_url))
+        (home / "config.toml").write_text(config.format(model=MODEL, base_url=base_url))
         workdir = tmp_path / "work"
         workdir.mkdir(exist_ok=True)
         # Nothing from the developer's own Codex or OpenAI setup leaks in.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))}
-        env |= {"CODEX_HOME": str(home), "HARMONY_TEST_KEY": "test-key", "NO_COLOR": "1"}
+        env |= {"CODEX_HOME": str(home), "HARMONY_TEST_KEY": "test-key", "OPENAI_API_KEY": "test-key", "NO_COLOR": "1"}
         # Codex prefers a bwrap on PATH to the one it ships; Debian's (0.8, installed for our code interpreter)
         # is too old for it ("execvp codex-linux-sandbox"). Put Codex's own first, as on a machine without one.
         modules = Path(__file__).resolve().parents[2] / "node_modules" / "@openai"
@@ -146,3 +154,49 @@ def test_codex_reports_length_cut(serve, replay_script, run_codex) -> None:
 
     assert run.returncode != 0, run
     assert "Incomplete response returned, reason: max_output_tokens" in run.stdout + run.stderr, run
+
+
+def _server_log(tmp_path: Path) -> str:
+    return "".join(path.read_text(errors="replace") for path in sorted(tmp_path.glob("server-*.log")))
+
+
+def test_codex_builtin_provider_speaks_websocket(serve, replay_script, run_codex, tmp_path: Path) -> None:
+    server = serve(replay_script([ANSWER]))
+
+    run = run_codex(server, "Reply with the single word: ready", BUILTIN_CONFIG_TOML)
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "ready", run
+    log = _server_log(tmp_path)
+    # The answer came over the WebSocket, at the first try (the issue: 7 refused upgrades, then HTTP).
+    assert log.count('"WebSocket /v1/responses" [accepted]') == 1, log
+    assert "POST /v1/responses" not in log and "403" not in log, log
+
+
+def test_codex_builtin_provider_tool_turn_over_websocket(serve, replay_script, run_codex, tmp_path: Path) -> None:
+    calls = [
+        {
+            "harmony": "<|channel|>analysis<|message|>I should run echo.<|end|>"
+            "<|start|>assistant<|channel|>commentary to=functions.exec_command <|constrain|>json"
+            '<|message|>{"cmd": "echo hi-from-tool"}<|call|>',
+            "chunk": 3,
+        },
+        {
+            "harmony": "<|channel|>analysis<|message|>The command printed hi-from-tool.<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>The tool said hi-from-tool.<|return|>",
+            "chunk": 2,
+        },
+    ]
+    record = tmp_path / "calls.jsonl"
+    server = serve(replay_script(calls), "--record", str(record))
+
+    run = run_codex(server, "Run `echo hi-from-tool` and tell me what it printed.", BUILTIN_CONFIG_TOML)
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "The tool said hi-from-tool.", run
+    log = _server_log(tmp_path)
+    assert "POST /v1/responses" not in log, log
+    # Codex continues with previous_response_id and only the new items (store: false): the connection
+    # remembers the turn, so the model's second prompt holds the first one and the tool's output.
+    first, second = (json.loads(line) for line in record.read_text().splitlines())
+    assert second["prompt_tokens"] > first["prompt_tokens"] + 20, (first["prompt_tokens"], second["prompt_tokens"])

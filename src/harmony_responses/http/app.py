@@ -1,6 +1,7 @@
 """The Starlette app: routes, middleware, error handlers, and the server's lifetime as the app's lifespan.
 
-Routes: ``POST /v1/responses`` (responses.py), the endpoints over stored responses and conversations
+Routes: ``POST /v1/responses`` (responses.py) and its WebSocket mode (websocket.py), ``POST
+/v1/responses/input_tokens`` (responses.py), the endpoints over stored responses and conversations
 (stored.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list and model shapes), ``GET
 /health``. Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``,
 so every answer the server gives is OpenAI-shaped.
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, request_response
+from starlette.routing import Route, WebSocketRoute, request_response
 
 from ..request import model_not_found
 from ..run import Server
@@ -29,6 +30,7 @@ from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
 from .responses import count_input_tokens, create_response
 from .stored import routes as stored_routes
+from .websocket import responses_socket
 
 __all__ = ["build_app"]
 
@@ -96,6 +98,8 @@ def build_app(
     routes = [
         # Requests count as starting until their first delta is out: the loop serves them first (run/turns.py).
         Route("/v1/responses", FirstTokensFirst(request_response(create_response)), methods=["POST"]),
+        # WebSocket mode on the same path (openai's responses.connect(), Codex): websocket.py.
+        WebSocketRoute("/v1/responses", responses_socket),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -106,6 +110,7 @@ def build_app(
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.server = server
     app.state.keyed = bool(api_keys)
+    app.state.loopback_hosts = tuple(loopback_hosts) if loopback_hosts is not None else None
     app.state.max_body_bytes = max_body_bytes
     app.state.body_timeout = body_timeout
     return app

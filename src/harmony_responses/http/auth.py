@@ -1,8 +1,8 @@
 """Bearer-token authentication, as pure ASGI middleware.
 
-With API keys configured, every request except ``GET /health`` needs ``Authorization: Bearer <key>``
-with one of them; otherwise 401 ``invalid_api_key`` in the API's wording. Keys are compared in constant
-time. Without keys configured the middleware is not installed at all.
+With API keys configured, every request and WebSocket handshake except ``GET /health`` needs
+``Authorization: Bearer <key>`` with one of them; otherwise 401 ``invalid_api_key`` in the API's wording.
+Keys are compared in constant time. Without keys configured the middleware is not installed at all.
 
 What a request stores belongs to its key: ``owner_of`` names the owner by a hash of the key (never the
 key itself), or ``""`` when the server has no keys.
@@ -15,7 +15,7 @@ import hmac
 from collections.abc import Iterable
 
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import APIError, error_response
@@ -43,7 +43,8 @@ class BearerAuth:
         return any([hmac.compare_digest(candidate, key) for key in self.keys])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        # WebSocket handshakes too: Codex and openai's responses.connect() send the key on the upgrade request.
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "")
@@ -63,7 +64,7 @@ class BearerAuth:
         await error_response(error)(scope, receive, send)
 
 
-def owner_of(request: Request) -> str:
+def owner_of(request: HTTPConnection) -> str:
     """Who may see what this request stores: a hash of its API key, ``""`` on a server without keys."""
     if not request.app.state.keyed:
         return ""

@@ -21,6 +21,7 @@ import secrets
 import time
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import anyio.to_thread
 
@@ -32,6 +33,7 @@ from ..store import StoreError
 from ..tools.browser import WebSearch
 from ..tools.code_interpreter import ContainerManager
 from ..tools.mcp import McpOptions
+from ..translate import response_skeleton, usage_object
 from ..vocab import Vocabulary, load_encoding, load_vocabulary
 from .conversations import Conversations
 from .live import StoredRun
@@ -176,6 +178,33 @@ class Server:
         return await count_input_tokens(
             request, prompting=self.prompting, python_description=self.containers.description(), mcp_options=self.mcp
         )
+
+    async def prepared_response(self, request: ResponseRequest) -> list[dict[str, Any]]:
+        """A response with ``generate: false`` (WebSocket mode): the request's state, no model output.
+
+        Its events (``response.created``, ``response.in_progress``, ``response.completed`` with ``output: []``
+        and the prompt's ``input_tokens``) are what a client waiting for the end of a response gets; a
+        later request continues from it with ``previous_response_id`` on the same connection (Codex warms
+        a connection up this way before its first turn). Nothing is generated or stored.
+
+        Raises:
+            APIError: what create refuses before it runs.
+        """
+        tokens = await self.count_input_tokens(request)
+        response = response_skeleton(
+            id=random_id("resp"), created_at=int(time.time()), model=request.options.model, **request.echo
+        )
+        done = {
+            **response,
+            "status": "completed",
+            "completed_at": int(time.time()),
+            "usage": usage_object(input_tokens=tokens, cached_tokens=0, output_tokens=0, reasoning_tokens=0),
+        }
+        return [
+            {"type": "response.created", "sequence_number": 0, "response": response},
+            {"type": "response.in_progress", "sequence_number": 1, "response": response},
+            {"type": "response.completed", "sequence_number": 2, "response": done},
+        ]
 
     def shut_down_runs(self) -> int:
         """Refuse new responses and end the running ones at their next chunk, failed with the reason (the

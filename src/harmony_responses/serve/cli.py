@@ -195,6 +195,10 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             log_level=config.log_level,
             lifespan="on",
             http=api_http_protocol(config.head_timeout),
+            # WebSocket mode (http/websocket.py): upgrades go from the httptools protocol above to websockets'
+            # sans-I/O implementation; a message may be as large as a request body.
+            ws="websockets-sansio",
+            ws_max_size=config.max_body_bytes,
             timeout_graceful_shutdown=config.shutdown_grace + SHUTDOWN_BACKSTOP,
         ),
         on_listening,
