@@ -332,6 +332,7 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
         live.publish(translator.events())  # the end was produced already, maybe not yet published
         return
     translator.events()  # drop events never published: they were not sent, and the end follows them
+    run.count_unreported_prompt()
     if live.stop_reason == "cancel":
         translator.cancel()
         logger.info("%s cancelled", live.id)

@@ -132,6 +132,7 @@ class ResponseRun:
         self.tool_calls = 0  # built-in calls run
         self._refused = 0  # built-in calls refused past max_tool_calls
         self._shutting_down = False
+        self._stream_started = False  # this engine call was sent (its prompt is input, ended or not)
 
     @property
     def request_id(self) -> str | None:
@@ -149,6 +150,7 @@ class ResponseRun:
         if self.translator.pending_tool_call is not None:
             return  # a call set up before generation (an approved MCP call) runs first: batches() does it
         self._stream = self._engine.generate(self._request)
+        self._stream_started = True
         try:
             self._first = await anext(self._stream)
         except StopAsyncIteration:
@@ -164,8 +166,16 @@ class ResponseRun:
         if not self._shutting_down or t.closed:
             return False
         await self._close_stream()
+        self.count_unreported_prompt()
         t.fail(SHUTDOWN_MESSAGE)
         return True
+
+    def count_unreported_prompt(self) -> None:
+        """An engine call cut short (cancel, shutdown) never sent its end, which carries the prompt's count:
+        the prompt the engine was given counts as input all the same (it was 0 for a cancelled response)."""
+        if self._stream_started and not self._usage_seen:
+            self._usage_seen = True
+            self.translator.receive_usage(prompt_tokens=len(self._request.prompt_ids))
 
     async def aclose(self) -> None:
         """Stop the engine's generation and close the tool sessions (idempotent): on disconnect, early close,
@@ -356,6 +366,7 @@ class ResponseRun:
         self._usage_seen = False
         try:
             self._stream = self._engine.generate(self._request)
+            self._stream_started = True
             return await anext(self._stream)
         except StopAsyncIteration:
             return _Empty()
