@@ -291,7 +291,7 @@ def run_scripted_scheduler(
         lp.output_token_logprobs_idx.append(token)
         k = req.logprob.top_logprobs_num
         lp.output_top_logprobs_val.append([value - i for i in range(k)])
-        lp.output_top_logprobs_idx.append([token] + [(token + i) % 199998 for i in range(1, k)])
+        lp.output_top_logprobs_idx.append([(token + i) % 199998 if i else token for i in range(k)])
 
     while True:
         timeout = 50

@@ -48,7 +48,7 @@ def test_start_up_waits_for_an_engine_still_loading(stack: Stack) -> None:
     # Our server was started before SGLang listened (or while /health answered 503 in its warm-up)
     # and waited for it instead of exiting.
     assert sglang.health_at_gateway_start != "200"
-    assert "retrying for" in gateway.output()
+    assert "retrying for" in gateway.log.read_text(errors="replace")
     assert gateway.alive()
     assert httpx.get(gateway.url + "/health", timeout=10).status_code == 200
 
@@ -169,6 +169,15 @@ def test_logprobs_with_top_alternatives(stack: Stack) -> None:
         assert lp.logprob == pytest.approx(-0.25)
         assert [alt.logprob for alt in lp.top_logprobs] == pytest.approx([-0.25, -1.25, -2.25])
         assert lp.top_logprobs[0].token == lp.token
+    # Logprobs without alternatives: top_logprobs_num 0, empty alternative lists from SGLang.
+    sglang.script.say("logprobegret", "<|channel|>final<|message|>Egret.<|return|>")
+    response = gateway.client().responses.create(
+        model=MODEL, input="logprobegret", include=["message.output_text.logprobs"], max_output_tokens=32
+    )
+    assert sglang.request_for("logprobegret")["top_logprobs_num"] == 0
+    (content,) = response.output[-1].content  # type: ignore[union-attr]
+    assert content.text == "Egret." and len(content.logprobs) == len(harmony("Egret."))  # type: ignore[union-attr]
+    assert all(lp.logprob == pytest.approx(-0.25) and lp.top_logprobs == [] for lp in content.logprobs)  # type: ignore[union-attr]
 
 
 def test_length_cut_is_incomplete(stack: Stack) -> None:
