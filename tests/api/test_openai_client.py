@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from pydantic import BaseModel
@@ -82,6 +83,19 @@ def test_parse_mismatch_fails_clearly(serve: Serve) -> None:
     assert info.value.code == "server_error" and info.value.type == "server_error"
     stored = client.responses.retrieve(info.value.response.headers["x-response-id"])
     assert stored.status == "failed" and stored.error is not None
+    # It ran once: the SDK's automatic retry of a 500 (twice by default) would generate it again.
+    assert info.value.response.headers["x-should-retry"] == "false"
+    sent: list[str] = []
+    counting = httpx.Client(event_hooks={"request": [lambda request: sent.append(request.url.path)]})
+    retrying = openai.OpenAI(base_url=live.base_url, api_key="x", max_retries=2, http_client=counting)
+    with pytest.raises(openai.InternalServerError):
+        retrying.responses.create(
+            model=MODEL,
+            input="Weather?",
+            text={"format": {"type": "json_schema", "name": "weather", "strict": True, "schema": _weather_schema()}},
+        )
+    counting.close()
+    assert sent == ["/v1/responses"]
     assert "'degrees' is a required property" in stored.error.message
     # Streaming: the error event reaches the client as an APIError with the same message. (The
     # ``text_format`` helpers parse the text client-side as soon as it is done, so there pydantic's

@@ -212,7 +212,9 @@ class RunResponse:
                     status=500,
                     type="server_error",
                     code=error.get("code") or "server_error",
-                    headers={"x-response-id": final["id"]},
+                    # The response ran and is stored, failed: the SDKs' automatic retry of a 500 would run it
+                    # again (twice, in openai-python) without the caller asking.
+                    headers={"x-response-id": final["id"], "x-should-retry": "false"},
                 )
                 response = json_response(failed.body(), failed.status, failed.headers)
             else:
