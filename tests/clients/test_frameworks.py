@@ -5,7 +5,7 @@ that its engine (``frameworks.PromptRecorder``) can keep every prompt's token id
 
 Each framework resends the history of a tool turn in its own shape (the openai SDK as the items it got,
 LangChain's content blocks, LiteLLM's chat-completions bridge, pydantic-ai's message parts, the Vercel AI
-SDK's, run by node). Whatever the
+SDK's and openai-node's, run by node). Whatever the
 shape, the second engine call must read the turn as the model wrote it: its reasoning, its preamble on
 commentary, its call's arguments byte for byte, then the tool's result (``frameworks.HISTORY``). Before
 issue 14 the same turn rendered to 179 tokens through LangChain streaming and LiteLLM (reasoning lost) and
@@ -316,3 +316,33 @@ def test_vercel_ai_sdk_failed_response_raises(start: Start) -> None:
     # A 200 with status "failed" was "Invalid JSON response" to generateText.
     _, live = start(failing_engine())
     assert "GPU on fire" in _vercel(live, "generate")["error"]
+
+
+# ---------------------------------------------------------------------------------------------- openai-node
+
+OPENAI_NODE_SCRIPT = Path(__file__).with_name("openai_node_round_trip.mjs")
+
+
+def _openai_node(live: Live, mode: str) -> dict[str, Any]:
+    """openai-node (npm ``openai``, pinned in package.json) run by node on our server."""
+    if not (REPO / "node_modules" / "openai").is_dir():
+        if os.environ.get(ALLOW_MISSING_ENV):
+            pytest.skip("openai-node is not installed (npm ci)")
+        pytest.fail("openai-node is not installed: run scripts/install (npm ci)")
+    done = subprocess.run(
+        ["node", str(OPENAI_NODE_SCRIPT), live.base_url, mode], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["items", "previous", "stream"])
+def test_openai_node_tool_round_trip(start: Start, mode: str) -> None:
+    recorder, live = start()
+    assert _openai_node(live, mode) == {"text": ANSWER, "reasoning": REASONING}
+    assert_model_read_the_turn_as_written(recorder)
+
+
+def test_openai_node_failed_response_raises(start: Start) -> None:
+    _, live = start(failing_engine())
+    assert "GPU on fire" in _openai_node(live, "items")["error"]
