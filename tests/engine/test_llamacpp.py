@@ -102,6 +102,13 @@ def test_engine_model_must_be_served() -> None:
                 asyncio.run(LlamaCppEngine(EngineOptions(url=fake.url, model="other")).start())
 
 
+def test_a_single_model_answers_to_its_file_name() -> None:
+    with run_fake(LlamaCppFake(models=("/models/gpt-oss-20b-mxfp4.gguf",))) as fake:
+        for name in ("gpt-oss-20b-mxfp4", "gpt-oss-20b-mxfp4.gguf"):
+            engine = asyncio.run(_start_stop(LlamaCppEngine(EngineOptions(url=fake.url, model=name))))
+            assert engine.model == "/models/gpt-oss-20b-mxfp4.gguf"
+
+
 def test_the_only_model_is_adopted_and_its_context_reported() -> None:
     with run_fake(LlamaCppFake(n_ctx=4096)) as fake:
         engine = asyncio.run(_start_stop(LlamaCppEngine(EngineOptions(url=fake.url))))

@@ -30,8 +30,9 @@ headers included.
 
 Start-up check: ``/health`` (503 while the model loads: retried with ``--engine-start-wait``), ``/props``
 (``role: "router"`` in router mode, ``--models-dir``, where every call names its model), ``/v1/models``
-(``--engine-model`` must be one of the ids or aliases it lists; without it the only model is adopted),
-``/detokenize`` of Harmony's special tokens and the slot context ``n_ctx`` (``context_window``).
+(``--engine-model`` must be one of the ids or aliases it lists, or a single model's file name; without
+it the only model is adopted), ``/detokenize`` of Harmony's special tokens, and the context of one slot,
+``n_ctx`` (``context_window``; ``-c`` divided by ``-np`` unless the KV cache is unified).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote
 
@@ -278,16 +280,23 @@ class LlamaCppEngine(HTTPEngine):
             listed = None  # a build without the OpenAI-style routes: nothing to check the name against
         data = listed.get("data") if isinstance(listed, dict) else None
         served: list[str] = []
-        names: set[str] = set()
+        names: dict[str, str] = {}  # every name a served model answers to → its id
         for m in data or ():
             if isinstance(m, dict) and isinstance(m.get("id"), str):
                 served.append(m["id"])
-                names.add(m["id"])
-                names.update(a for a in m.get("aliases") or () if isinstance(a, str))
-        if self.model is not None and names and self.model not in names:
-            raise EngineMismatch(
-                f"{self.label} serves {', '.join(map(repr, served))}, not {self.model!r} (--engine-model)"
-            )
+                aliases = [a for a in m.get("aliases") or () if isinstance(a, str)]
+                if not self.router:
+                    # One model, listed by its file's path unless started with --alias: its file name
+                    # (with or without .gguf) names it too.
+                    aliases += [PurePath(m["id"]).name, PurePath(m["id"]).stem]
+                for name in (m["id"], *aliases):
+                    names.setdefault(name, m["id"])
+        if self.model is not None and names:
+            if self.model not in names:
+                raise EngineMismatch(
+                    f"{self.label} serves {', '.join(map(repr, served))}, not {self.model!r} (--engine-model)"
+                )
+            self.model = names[self.model]
         if self.model is None:
             if self.router and not served:
                 raise EngineMismatch(f"{self.label} is a llama-server router with no model (--models-dir is empty?)")
