@@ -364,3 +364,9 @@ def test_engine_model_mismatch_is_an_engine_mismatch(llama: EngineProcess) -> No
 
     with pytest.raises(EngineMismatch):
         asyncio.run(run())
+
+
+def test_engine_model_may_name_a_single_model_by_its_file(llama: EngineProcess, scripted_gguf: Path) -> None:
+    with gateway(f"llamacpp:{llama.url}", args=["--engine-model", scripted_gguf.stem]) as gw:
+        assert str(scripted_gguf) in gw.output()  # the banner names the model as llama-server lists it
+        assert gw.client().responses.create(model=MODEL, input="File zebra").output_text == ANSWER_TEXT
