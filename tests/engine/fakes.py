@@ -362,12 +362,15 @@ class SGLangFake(Fake):
         incremental: bool = False,
         context: int = 131072,
         reports_context: bool = True,
+        skip_tokenizer_init: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*scenarios, **kwargs)
         self.incremental = incremental
         self.context = context
         self.reports_context = reports_context  # False: /v1/models without max_model_len (the server cannot know)
+        # --skip-tokenizer-init: no tokenizer, so /detokenize answers 400 and chunks carry no text.
+        self.skip_tokenizer_init = skip_tokenizer_init
         self.detokenized: list[dict[str, Any]] = []  # /detokenize bodies
 
     def routes(self) -> list[Route]:
@@ -377,7 +380,11 @@ class SGLangFake(Fake):
             Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/generate", self.generate, methods=["POST"]),
             Route("/abort_request", self.abort, methods=["POST"]),
+            Route("/server_info", self.server_info),
         ]
+
+    async def server_info(self, request: Request) -> Response:
+        return JSONResponse({"model_path": self.model, "skip_tokenizer_init": self.skip_tokenizer_init})
 
     async def models(self, request: Request) -> Response:
         model = {"id": self.model, "object": "model", "owned_by": "sglang", "root": self.model, "parent": None}
@@ -391,6 +398,13 @@ class SGLangFake(Fake):
     async def detokenize(self, request: Request) -> Response:
         body = await request.json()
         self.detokenized.append(body)
+        if self.skip_tokenizer_init:
+            message = (
+                "Error decoding tokens: 'NoneType' object has no attribute 'decode'. "
+                "Input tokens might be invalid for the model."
+            )
+            error = {"object": "error", "message": message, "type": "DecodeError", "param": None, "code": 400}
+            return JSONResponse(error, status_code=400)
         return JSONResponse({"text": self.text(body["tokens"], body.get("skip_special_tokens", True) is not False)})
 
     async def abort(self, request: Request) -> Response:
@@ -462,6 +476,8 @@ class SGLangFake(Fake):
                 meta["output_token_logprobs"] = new_lps if self.incremental else list(lps)
                 meta["output_top_logprobs"] = new_tops if self.incremental else list(tops)
             output = shown if self.incremental else list(so_far)
+            if self.skip_tokenizer_init:
+                return {"output_ids": output, "meta_info": meta}
             return {"text": self.text(output, skip_special), "output_ids": output, "meta_info": meta}
 
         return StreamingResponse(self.play(request, s, rid, out, encode, list), media_type="text/event-stream")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
-from harmony_responses.engine._base import GenerateRequest
+import pytest
+from starlette.responses import JSONResponse
+
+from harmony_responses.engine._base import EngineRefused, GenerateRequest
 from harmony_responses.engine._options import EngineOptions
 from harmony_responses.engine._sglang import PLAIN_SAMPLING, SGLangEngine
 
@@ -81,3 +84,20 @@ def test_abort_takes_sglangs_empty_answer() -> None:
     with run_fake(SGLangFake()) as fake:
         asyncio.run(abort(fake))
         assert fake.aborts == ["resp_x"]
+
+
+def test_a_server_without_tokenizer_serves_ids() -> None:
+    # --skip-tokenizer-init: /detokenize answers 400 and the chunks have no text; /server_info says why.
+    # Refusing to start would lock out a server that serves exactly what we use (ids).
+    with stack("sglang", SGLangFake(Scenario(tokens=HELLO), skip_tokenizer_init=True)) as s:
+        response = s.post({"input": "Hi"})
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "completed"
+
+
+def test_a_failing_detokenize_still_refuses_the_start_up() -> None:
+    # Only --skip-tokenizer-init excuses the check: any other /detokenize failure still stops start-up.
+    fake = SGLangFake(skip_tokenizer_init=True)
+    fake.server_info = lambda request: JSONResponse({"skip_tokenizer_init": False})  # type: ignore[assignment,method-assign]
+    with run_fake(fake), pytest.raises(EngineRefused, match="DecodeError|Error decoding tokens"):
+        _started(fake)

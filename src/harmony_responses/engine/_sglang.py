@@ -18,17 +18,20 @@ Sampling is sent in full (temperature 1, top_p 1, top_k -1 and min_p 0: off; no 
 ``sampling_params.structural_tag``, starting at the final channel. Start-up check: ``/health`` (503 while
 the server warms up), ``/v1/models`` (the model name; its ``max_model_len`` becomes ``context_window``)
 and ``/detokenize`` with ``skip_special_tokens: false`` (SGLang's default, true, answers ``""`` for
-Harmony's special tokens).
+Harmony's special tokens). A server started with ``--skip-tokenizer-init`` has no tokenizer: its
+``/detokenize`` answers 400 and its chunks carry no ``text``; ``/server_info`` says so, and the check then
+rests on the rest (a warning says the vocabulary could not be checked).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 
 from ..tokens import TokenChunk, TokenLogprob
-from ._base import EngineMismatch, EngineProtocolError
+from ._base import EngineError, EngineMismatch, EngineProtocolError, EngineRefused
 from ._http import (
     HARMONY_PROBE,
     HTTPEngine,
@@ -41,6 +44,8 @@ from ._http import (
 )
 
 __all__ = ["PLAIN_SAMPLING", "SGLangEngine"]
+
+logger = logging.getLogger("harmony_responses.engine")
 
 # The API's sampling meaning, said explicitly: what SGLang would otherwise take from
 # --preferred-sampling-params. top_k -1 is SGLang's "whole vocabulary".
@@ -170,12 +175,34 @@ class SGLangEngine(HTTPEngine):
         await self.get_ok("/health")
         await self.pick_listed_model()
         ids, _ = HARMONY_PROBE
-        # skip_special_tokens defaults to true there: Harmony's tokens would come back as "".
-        detokenized = await self.post_json("/detokenize", {"tokens": ids, "skip_special_tokens": False})
+        try:
+            # skip_special_tokens defaults to true there: Harmony's tokens would come back as "".
+            detokenized = await self.post_json("/detokenize", {"tokens": ids, "skip_special_tokens": False})
+        except EngineRefused:
+            # A server started with --skip-tokenizer-init has no tokenizer (its /detokenize answers 400)
+            # and serves ids only, which is all we use: it can serve, its vocabulary just cannot be checked.
+            if not await self._skips_tokenizer_init():
+                raise
+            logger.warning(
+                "%s runs with --skip-tokenizer-init: its tokenizer cannot be checked; it must be Harmony's "
+                "(o200k_harmony, a gpt-oss model)",
+                self.label,
+            )
+            return
         text = detokenized.get("text") if isinstance(detokenized, dict) else None
         if text is None:
             raise EngineMismatch(f"{self.label}: /detokenize answered {detokenized!r}, not {{'text': …}}")
         self.check_detokenized(text)
+
+    async def _skips_tokenizer_init(self) -> bool:
+        for path in ("/server_info", "/get_server_info"):  # older versions have only the second
+            try:
+                info = await self.get_json(path)
+            except (EngineError, ValueError):
+                continue
+            if isinstance(info, dict):
+                return info.get("skip_tokenizer_init") is True
+        return False
 
     async def abort(self, reader: StreamReader) -> None:
         # SGLang answers 200 with an empty body (not JSON): only the status says whether it was taken.

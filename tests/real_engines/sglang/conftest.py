@@ -6,11 +6,12 @@ and detokenizer process) from the venv ``scripts/engines/sglang`` made (``SGLANG
 scheduler process; then ``harmony-responses serve --engine sglang:URL`` as a subprocess; then the
 ``openai`` client. Without ``SGLANG_PYTHON`` every test here skips (the unit suite does not start SGLang).
 
-Two SGLang servers start at once and run for the whole session (a minute or two to start on two cores,
-most of it each server's processes loading the 200k-token tokenizer), both with ``--context-length 2048``
+Three SGLang servers start at once and run for the whole session (two to three minutes to start on two
+cores, most of it each server's processes loading the 200k-token tokenizer), all with ``--context-length 2048``
 and ``--preferred-sampling-params`` that are not plain (temperature 0.7, top_p 0.8, top_k 20, min_p 0.05,
 penalties), which SGLang applies to every field a ``/generate`` request leaves out: the default one
-(cumulative ``output_ids``) and one with ``--incremental-streaming-output``. Our server is started right
+(cumulative ``output_ids``), one with ``--incremental-streaming-output`` and one with
+``--skip-tokenizer-init`` (ids only, no ``/detokenize``). Our server is started right
 after SGLang, while SGLang is still loading, with ``--engine-start-wait``: that is the
 start-up-against-a-loading-engine case. What the
 scripted scheduler writes is set per test with ``Script.say``, keyed on a word of the test's own input.
@@ -171,12 +172,14 @@ def _start_sglang(directory: Path, *extra: str) -> SGLang:
 
 @pytest.fixture(scope="session")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SGLang]]:
-    """Both SGLang servers, started at once: the default one and ``--incremental-streaming-output``."""
+    """The SGLang servers, started at once: the default one, ``--incremental-streaming-output`` and
+    ``--skip-tokenizer-init``."""
     started: dict[str, SGLang] = {}
     try:
         started["cumulative"] = _start_sglang(tmp_path_factory.mktemp("sglang"))
         incremental = tmp_path_factory.mktemp("sglang-incremental")
         started["incremental"] = _start_sglang(incremental, "--incremental-streaming-output")
+        started["ids_only"] = _start_sglang(tmp_path_factory.mktemp("sglang-ids-only"), "--skip-tokenizer-init")
         yield started
     finally:
         for sglang in started.values():
@@ -215,6 +218,17 @@ def stack(engines: dict[str, SGLang]) -> Iterator[tuple[SGLang, Gateway]]:
 def incremental_stack(engines: dict[str, SGLang]) -> Iterator[tuple[SGLang, Gateway]]:
     """SGLang with ``--incremental-streaming-output`` (delta ``output_ids``) and our server in front of it."""
     sglang = engines["incremental"]
+    gateway = _gateway(sglang)
+    try:
+        yield sglang, gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def ids_only_stack(engines: dict[str, SGLang]) -> Iterator[tuple[SGLang, Gateway]]:
+    """SGLang with ``--skip-tokenizer-init`` (no tokenizer: ids only) and our server in front of it."""
+    sglang = engines["ids_only"]
     gateway = _gateway(sglang)
     try:
         yield sglang, gateway

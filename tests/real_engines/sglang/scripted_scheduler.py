@@ -140,7 +140,11 @@ def run_scripted_scheduler(
     context = zmq.Context(2)
     recv = get_zmq_socket(context, zmq.PULL, port_args.scheduler_input_ipc_name, False)
     to_tokenizer = SenderWrapper(get_zmq_socket(context, zmq.PUSH, port_args.tokenizer_ipc_name, False))
-    to_detokenizer = get_zmq_socket(context, zmq.PUSH, port_args.detokenizer_ipc_name, False)
+    # With --skip-tokenizer-init there is nothing to detokenise: outputs go straight to the tokenizer
+    # manager, as SGLang's own scheduler sends them (SchedulerIpcChannels).
+    skip_init = get_serving().skip_tokenizer_init
+    output_ipc = port_args.tokenizer_ipc_name if skip_init else port_args.detokenizer_ipc_name
+    to_detokenizer = get_zmq_socket(context, zmq.PUSH, output_ipc, False)
     # The RPC socket is bound by the tokenizer side; connecting keeps its sends from blocking.
     get_zmq_socket(context, zmq.DEALER, port_args.rpc_ipc_name, False)
 

@@ -383,3 +383,20 @@ def test_incremental_streaming_output(incremental_stack: Stack) -> None:
     assert [t for c in chunks for t in c["output_ids"]] == ids
     assert len(chunks) > 1 and len(chunks[-1]["output_ids"]) < len(ids)
     assert chunks[-1]["meta_info"]["completion_tokens"] == len(ids)
+
+
+def test_skip_tokenizer_init_serves_ids_only(ids_only_stack: Stack) -> None:
+    # No tokenizer: /detokenize answers 400, chunks carry no text. Our server starts anyway (saying it
+    # could not check the vocabulary) and serves, since it only ever uses ids.
+    sglang, gateway = ids_only_stack
+    refused = httpx.post(sglang.url + "/detokenize", json={"tokens": [200006], "skip_special_tokens": False})
+    assert refused.status_code == 400 and refused.json()["type"] == "DecodeError"
+    assert "--skip-tokenizer-init: its tokenizer cannot be checked" in gateway.log.read_text(errors="replace")
+    answer = "Ids only 🚀 你好"
+    ids = sglang.script.say("idsonlyshrike", f"<|channel|>final<|message|>{answer}<|return|>")
+    events = list(
+        gateway.client().responses.create(model=MODEL, input="idsonlyshrike", stream=True, max_output_tokens=64)
+    )
+    assert events[-1].type == "response.completed"
+    assert text_of(events) == answer
+    assert events[-1].response.usage.output_tokens == len(ids)
