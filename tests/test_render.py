@@ -690,8 +690,10 @@ def test_custom_tool_call_history_is_accepted() -> None:
         {"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "*** Begin Patch"},
         {"type": "custom_tool_call_output", "call_id": "c", "output": "ok"},
     ]
+    # As the model writes a custom tool's call (declared as a function of one string, render/_tools.py).
     assert history_of(items) == (
-        "<|start|>assistant to=functions.apply_patch<|channel|>commentary<|message|>*** Begin Patch<|call|>"
+        "<|start|>assistant to=functions.apply_patch<|channel|>commentary <|constrain|>json<|message|>"
+        '{"input": "*** Begin Patch"}<|call|>'
         + "<|start|>functions.apply_patch to=assistant<|channel|>commentary<|message|>ok<|end|>"
         + START
     )
@@ -809,7 +811,6 @@ def test_input_errors(request_: dict[str, Any], param: str, code: str) -> None:
         "local_shell",
         "shell",
         "apply_patch",
-        "custom",
         "teleport",
         "web_search_call",
     ],
@@ -991,7 +992,7 @@ def test_tool_choice_allowed_tools_declares_only_those() -> None:
         ([WEATHER_TOOL], "sometimes", "tool_choice"),
         ([WEATHER_TOOL], 3, "tool_choice"),
         ([WEATHER_TOOL], {"type": "file_search"}, "tool_choice.type"),
-        ([WEATHER_TOOL], {"type": "custom", "name": "x"}, "tool_choice.type"),
+        ([WEATHER_TOOL], {"type": "custom", "name": "x"}, "tool_choice"),
         ([WEATHER_TOOL], {"type": "web_search_preview"}, "tool_choice"),
         ([WEATHER_TOOL], {"type": "code_interpreter"}, "tool_choice"),
         ([WEATHER_TOOL], {"type": "mcp", "server_label": "wiki"}, "tool_choice"),
@@ -1024,3 +1025,47 @@ def test_conversation_holds_the_rendered_messages() -> None:
     prompt = render({"instructions": "I", "input": [{"role": "user", "content": "x"}]})
     roles = [m.author.role.value for m in prompt.conversation.messages]
     assert roles == ["system", "developer", "user"]
+
+
+# --- custom tools, tool_search, deferred loading --------------------------------------------------------
+
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files with a patch.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" LF'},
+}
+
+
+def test_a_custom_tool_is_declared_as_a_function_of_one_string() -> None:
+    text = text_of({"input": "x", "tools": [WEATHER_TOOL, APPLY_PATCH]})
+    assert "// Edit files with a patch.\n// \n// Freeform tool: pass the raw input text" in text
+    assert 'The input must match this Lark grammar:\n// ```\n// start: "*** Begin Patch" LF\n// ```' in text
+    assert "type apply_patch = (_: {\n// The raw input of the tool.\ninput: string,\n}) => any;" in text
+    # Declared with the functions, so the system message routes its calls to commentary like theirs.
+    assert "Calls to these tools must go to the commentary channel: 'functions'." in text
+
+
+def test_tool_choice_custom_prefills_its_call() -> None:
+    prompt = render({"input": "x", "tools": [APPLY_PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"}})
+    enc = load_encoding()
+    assert (
+        enc.decode_utf8(prompt.prefill_ids)
+        == "<|channel|>commentary to=functions.apply_patch <|constrain|>json<|message|>"
+    )
+    allowed = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "custom", "name": "apply_patch"}]}
+    text = text_of({"input": "x", "tools": [WEATHER_TOOL, APPLY_PATCH], "tool_choice": allowed})
+    assert "type apply_patch" in text and "type get_weather" not in text
+
+
+def test_tool_search_and_deferred_tools() -> None:
+    deferred = dict(WEATHER_TOOL, defer_loading=True)
+    search = {"type": "tool_search", "execution": "client", "description": "Find tools.", "parameters": {}}
+    text = text_of({"input": "x", "tools": [search, deferred]})
+    # Every tool is declared at once, deferred ones too; the search tool itself is not offered.
+    assert "type get_weather" in text and "tool_search" not in text and "Find tools." not in text
+
+
+def test_a_custom_tool_and_a_function_may_not_share_a_name() -> None:
+    err = error_of({"input": "x", "tools": [APPLY_PATCH, dict(WEATHER_TOOL, name="apply_patch")]})
+    assert err.param == "tools[1].name" and "already declared" in err.message

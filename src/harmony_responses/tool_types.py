@@ -26,8 +26,6 @@ UNSUPPORTED_TOOL_TYPES = frozenset(
         "local_shell",
         "shell",
         "apply_patch",
-        "custom",
-        "tool_search",
         "programmatic_tool_calling",
         "browser_search",
     }

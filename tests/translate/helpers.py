@@ -109,4 +109,10 @@ NAMESPACE_TOOL = {
     "description": "Customer records.",
     "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}],
 }
-ALL_TOOLS = [FUNCTION_TOOL, CODE_INTERPRETER_TOOL, WEB_SEARCH_TOOL, MCP_TOOL, NAMESPACE_TOOL]
+CUSTOM_TOOL = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /(.|\\n)*/'},
+}
+ALL_TOOLS = [FUNCTION_TOOL, CODE_INTERPRETER_TOOL, WEB_SEARCH_TOOL, MCP_TOOL, NAMESPACE_TOOL, CUSTOM_TOOL]

@@ -34,6 +34,7 @@ ID_PREFIX = {
     "message": "msg_",
     "reasoning": "rs_",
     "function_call": "fc_",
+    "custom_tool_call": "ctc_",
     "code_interpreter_call": "ci_",
     "web_search_call": "ws_",
     "mcp_call": "mcp_",
@@ -51,6 +52,8 @@ ALLOWED_EXTRAS = {
     ("LogprobTopLogprob", "bytes"),
     ("ResponseErrorEvent", "error"),
     ("ResponseFunctionCallArgumentsDoneEvent", "name"),
+    # custom_tool_call items carry ``status`` as the API sends them (its custom tools guide); 3.57 omits it.
+    ("ResponseCustomToolCall", "status"),
     ("Response", "frequency_penalty"),
     ("Response", "presence_penalty"),
     ("Response", "store"),
@@ -73,6 +76,8 @@ _CODES = {
     "response.reasoning_summary_part.done": "q",
     "response.function_call_arguments.delta": "f",
     "response.function_call_arguments.done": "F",
+    "response.custom_tool_call_input.delta": "g",
+    "response.custom_tool_call_input.done": "G",
     "response.code_interpreter_call.in_progress": "I",
     "response.code_interpreter_call_code.delta": "c",
     "response.code_interpreter_call_code.done": "C",
@@ -101,6 +106,8 @@ _GRAMMAR = {
     ("reasoning", "incomplete"): "A(Pr*|(Qu*Uq)?Pr?)RpZ",
     ("function_call", "completed"): "Af*FZ",
     ("function_call", "incomplete"): "Af*FZ",
+    ("custom_tool_call", "completed"): "Ag*GZ",
+    ("custom_tool_call", "incomplete"): "Ag*GZ",
     ("code_interpreter_call", "completed"): "AIc*CNKZ",
     ("code_interpreter_call", "failed"): "AIc*CNZ",
     ("code_interpreter_call", "incomplete"): "AIc*CN?Z",
@@ -266,7 +273,7 @@ def _check_items(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     assert open_index is None, f"item {open_index} never done"
     assert sorted(done) == list(range(len(added))), "an added item has no done"
 
-    calls = [item["call_id"] for item in added if item["type"] == "function_call"]
+    calls = [item["call_id"] for item in added if item["type"] in ("function_call", "custom_tool_call")]
     assert len(calls) == len(set(calls)), f"call_id reused: {calls}"
     items = [done[index] for index in range(len(added))]
     for index, item in enumerate(items):
@@ -290,6 +297,8 @@ def _check_added_zero_values(item: dict[str, Any]) -> None:
         assert item["content"] == [] and item["summary"] == []
     elif kind == "function_call":
         assert item["arguments"] == "" and item["call_id"].startswith("call_") and item["name"]
+    elif kind == "custom_tool_call":
+        assert item["input"] == "" and item["call_id"].startswith("call_") and item["name"]
     elif kind == "code_interpreter_call":
         assert item["code"] == "" and item["outputs"] is None and isinstance(item["container_id"], str)
     elif kind == "mcp_call":
@@ -312,7 +321,11 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
     summary = [event for event in trace if event["type"].startswith("response.reasoning_summary")]
     trace = [event for event in trace if not event["type"].startswith("response.reasoning_summary")]
     deltas = "".join(event["delta"] for event in trace if event["type"].endswith(".delta"))
-    dones = [event for event in trace if event["type"].endswith(("_text.done", "_arguments.done", "_code.done"))]
+    dones = [
+        event
+        for event in trace
+        if event["type"].endswith(("_text.done", "_arguments.done", "_code.done", "_input.done"))
+    ]
     if kind in ("message", "reasoning"):
         (text_done,) = dones
         (part_done,) = [event for event in trace if event["type"] == "response.content_part.done"]
@@ -335,6 +348,9 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
         (args_done,) = dones
         assert args_done["arguments"] == deltas == item["arguments"], "function arguments disagree"
         assert args_done.get("name", item["name"]) == item["name"]
+    elif kind == "custom_tool_call":
+        (input_done,) = dones
+        assert input_done["input"] == deltas == item["input"], "custom tool input disagrees"
     elif kind == "code_interpreter_call":
         (code_done,) = dones
         assert code_done["code"] == deltas == item["code"], "code disagrees"

@@ -14,6 +14,9 @@ FC, CI, WS, MCP = ItemKind.FUNCTION_CALL, ItemKind.CODE_INTERPRETER, ItemKind.WE
 def test_from_tools_reads_every_tool_type() -> None:
     recipients = RecipientMap.from_tools(ALL_TOOLS)
     assert recipients.functions == frozenset({"get_weather"})
+    assert recipients.custom == frozenset({"apply_patch"})
+    # A custom tool is called as a function of the same namespace, and becomes a custom_tool_call.
+    assert recipients.resolve("functions.apply_patch") == Target(ItemKind.CUSTOM_TOOL_CALL, "apply_patch")
     assert recipients.namespaces == {"crm": frozenset({"lookup"})}
     assert recipients.mcp_servers == frozenset({"deepwiki"})
     assert recipients.code_interpreter and recipients.web_search
@@ -122,6 +125,7 @@ def test_item_kinds() -> None:
         "reasoning",
         "message",
         "function_call",
+        "custom_tool_call",
         "code_interpreter_call",
         "web_search_call",
         "mcp_call",

@@ -9,6 +9,7 @@ model output. Valid completions are also checked against a model of what they sh
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -155,6 +156,13 @@ def function_call(recipient: str, name: str, channel: str, arguments: str) -> Pi
     return Piece(f"{header}<|message|>{arguments}", ("function_call", name, arguments), "<|call|>")
 
 
+def custom_call(text: str, wrapped: bool) -> Piece:
+    """A custom tool call as the model writes it ({"input": …}, as declared), or its raw input written bare."""
+    content = json.dumps({"input": text}, ensure_ascii=False) if wrapped else text
+    header = "<|channel|>commentary to=functions.apply_patch <|constrain|>json"
+    return Piece(f"{header}<|message|>{content}", ("custom_tool_call", "apply_patch", text), "<|call|>")
+
+
 def python_call(code: str) -> Piece:
     return Piece(
         f"<|channel|>analysis to=python code<|message|>{code}", ("code_interpreter_call", code), "<|call|>", True
@@ -184,12 +192,16 @@ client_calls = st.builds(
     st.sampled_from(["commentary", "analysis"]),
     json_text,
 )
+custom_calls = st.one_of(
+    st.builds(custom_call, content_text, st.just(True)),
+    st.builds(custom_call, content_text.filter(lambda t: not t.lstrip().startswith("{")), st.just(False)),
+)
 builtin_calls = st.one_of(
     st.builds(python_call, content_text),
     st.builds(browser_call, st.sampled_from(["search", "open", "find"]), json_text),
     st.builds(mcp_call, json_text),
 )
-last_pieces = st.one_of(st.builds(final, content_text), client_calls, builtin_calls, inner_pieces)
+last_pieces = st.one_of(st.builds(final, content_text), client_calls, custom_calls, builtin_calls, inner_pieces)
 
 
 @st.composite
@@ -227,6 +239,8 @@ def summarise(item: dict[str, Any]) -> tuple[Any, ...]:
         return (kind, item["phase"], item["content"][0]["text"])
     if kind == "function_call":
         return (kind, item["name"], item["arguments"])
+    if kind == "custom_tool_call":
+        return (kind, item["name"], item["input"])
     if kind == "code_interpreter_call":
         return (kind, item["code"])
     if kind == "mcp_call":
@@ -283,6 +297,7 @@ def test_valid_completions_cut_short(
 # " code", json, …), partial UTF-8 bytes (the parrot's three tokens, half of 龘) and plain words.
 HEADER_WORDS = tokens(
     "assistant analysis final commentary to=functions.get_weather python code json browser.search deepwiki.x crm."
+    ' to=functions.apply_patch {"input": "a\\nb"}'
 )
 TEXT_POOL = sorted({*HEADER_WORDS, *tokens('🦜龘 Hi there, {"a": 1}'), 0, 28, 316})
 any_token = st.one_of(st.sampled_from(SPECIAL_IDS), st.sampled_from(TEXT_POOL), st.integers(0, 199_997))

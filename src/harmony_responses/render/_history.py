@@ -376,10 +376,12 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
                 message = _assistant(arguments, "commentary").with_recipient(recipient)
                 history.messages.append(message.with_content_type("<|constrain|>json"))
             else:
+                # As the model writes a custom tool's call: its input as the string argument of a JSON function
+                # call (render/_tools.py declares custom tools so).
                 raw_input = item.get("input")
-                history.messages.append(
-                    _assistant(raw_input if isinstance(raw_input, str) else "", "commentary").with_recipient(recipient)
-                )
+                wrapped = json.dumps({"input": raw_input if isinstance(raw_input, str) else ""}, ensure_ascii=False)
+                message = _assistant(wrapped, "commentary").with_recipient(recipient)
+                history.messages.append(message.with_content_type("<|constrain|>json"))
         elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             if not isinstance(call_id, str):

@@ -2,7 +2,14 @@
 
 Owns the mapping of Responses tool types onto Harmony namespaces:
 
-- ``function`` → the developer message's ``functions`` namespace;
+- ``function`` → the developer message's ``functions`` namespace (``defer_loading`` ones too: see below);
+- ``custom`` (freeform input, e.g. Codex's ``apply_patch``) → a function of the same namespace taking one
+  string, ``{"input": string}``, its format (a lark or regex grammar) in the description: gpt-oss was
+  trained on JSON function calls and writes them reliably, while a bare-text call is not a form it knows
+  (OpenAI's own Codex gave gpt-oss ``apply_patch`` as such a JSON function). The translator unwraps the
+  string again into the ``custom_tool_call``'s ``input`` (translate/_custom.py);
+- ``tool_search`` → nothing: the model gets every tool at once, ``defer_loading`` ones included, so it
+  never needs to search (the prompt is longer, but every tool is callable and nothing is hidden);
 - ``namespace`` (Codex) → a developer namespace of its own, ``namespace N { ... }``, so the model calls
   ``to=N.f`` and the translator maps that back to ``function_call{name: f, namespace: N}``;
 - ``web_search`` / ``web_search_preview`` (and dated variants) → the system ``browser`` namespace;
@@ -24,7 +31,7 @@ from ._schema_ts import ToolSpec
 
 __all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools"]
 
-_SUPPORTED = "function, namespace, web_search, web_search_preview, code_interpreter and mcp"
+_SUPPORTED = "function, custom, namespace, tool_search, web_search, web_search_preview, code_interpreter and mcp"
 # Namespaces harmony and our system message already use; a developer namespace must not shadow them.
 _RESERVED_NAMESPACES = frozenset({"functions", "browser", "python", "assistant"})
 
@@ -43,6 +50,7 @@ class ToolSet:
     """The tools the prompt declares, after ``tool_choice`` filtering."""
 
     functions: tuple[ToolSpec, ...] = ()
+    custom: frozenset[str] = frozenset()  # names among ``functions`` that are custom (freeform) tools
     namespaces: dict[str, tuple[str | None, tuple[ToolSpec, ...]]] = field(default_factory=dict)
     browser: bool = False
     python: bool = False
@@ -96,6 +104,25 @@ def _function_spec(tool: dict[str, Any], param: str) -> ToolSpec:
     )
 
 
+def _custom_spec(tool: dict[str, Any], param: str) -> ToolSpec:
+    """A custom tool as the function the model calls: its raw input is the one string argument ``input``."""
+    description = _description(tool.get("description"), f"{param}.description")
+    fmt = tool.get("format")
+    note = "Freeform tool: pass the raw input text, unchanged and complete, as the string `input`."
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
+        syntax = "Lark grammar" if fmt.get("syntax") == "lark" else "regular expression"
+        note += f" The input must match this {syntax}:\n```\n{fmt['definition']}\n```"
+    return ToolSpec(
+        name=_name(tool.get("name"), f"{param}.name"),
+        description=f"{description}\n\n{note}" if description else note,
+        parameters={
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "The raw input of the tool."}},
+            "required": ["input"],
+        },
+    )
+
+
 def _mcp_tool_specs(raw: Any, param: str, allowed: set[str] | None) -> tuple[ToolSpec, ...]:
     if not isinstance(raw, list):
         raise RenderError(f"Invalid type for '{param}': expected an array.", param=param, code="invalid_type")
@@ -139,6 +166,7 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
     if not isinstance(tools, list):
         raise RenderError("Invalid type for 'tools': expected an array.", param="tools", code="invalid_type")
     functions: list[ToolSpec] = []
+    custom: set[str] = set()
     namespaces: dict[str, tuple[str | None, tuple[ToolSpec, ...]]] = {}
     browser = python = False
     mcp: list[McpServer] = []
@@ -147,8 +175,18 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
         if not isinstance(tool, dict):
             raise RenderError(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
         kind = _require_str(tool.get("type"), f"{where}.type", "a string")
-        if kind == "function":
-            functions.append(_function_spec(tool, where))
+        if kind in ("function", "custom"):
+            spec = _function_spec(tool, where) if kind == "function" else _custom_spec(tool, where)
+            if any(f.name == spec.name for f in functions):
+                raise RenderError(
+                    f"Invalid '{where}.name': a function or custom tool named '{spec.name}' is already declared.",
+                    param=f"{where}.name",
+                )
+            functions.append(spec)
+            if kind == "custom":
+                custom.add(spec.name)
+        elif kind == "tool_search":
+            pass  # every deferred tool is declared already (module docstring)
         elif kind == "namespace":
             name = _name(tool.get("name"), f"{where}.name")
             if name in _RESERVED_NAMESPACES or name in namespaces:
@@ -219,7 +257,14 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
                 f"The MCP server_label '{server.label}' collides with a namespace tool of the same name.",
                 param="tools",
             )
-    return ToolSet(functions=tuple(functions), namespaces=namespaces, browser=browser, python=python, mcp=tuple(mcp))
+    return ToolSet(
+        functions=tuple(functions),
+        custom=frozenset(custom),
+        namespaces=namespaces,
+        browser=browser,
+        python=python,
+        mcp=tuple(mcp),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -267,7 +312,13 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
             raise RenderError(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
         kind = entry.get("type")
         missing = RenderError(f"Invalid value for '{where}': no such tool is declared in 'tools'.", param=where)
-        if kind == "function":
+        if kind == "custom":
+            spec = next((f for f in tools.functions if f.name == entry.get("name") and f.name in tools.custom), None)
+            if spec is None:
+                raise missing
+            if spec not in functions:
+                functions.append(spec)
+        elif kind == "function":
             name = entry.get("name")
             namespace = entry.get("namespace")
             if namespace is None:
@@ -322,6 +373,7 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
             )
     return ToolSet(
         functions=tuple(functions),
+        custom=tools.custom & {f.name for f in functions},
         namespaces={name: (desc, tuple(specs)) for name, (desc, specs) in namespaces.items()},
         browser=browser,
         python=python,
@@ -366,6 +418,14 @@ def apply_tool_choice(tools: ToolSet, tool_choice: Any) -> tuple[ToolSet, str]:
                 )
             recipient = f"{namespace}.{name}"
         return tools, f"{_CHANNEL}commentary to={recipient} <|constrain|>json<|message|>"
+    if kind == "custom":
+        name = tool_choice.get("name")
+        if name not in tools.custom:
+            raise RenderError(
+                f"Tool choice 'custom' with name '{name}' is not among the declared custom tools.", param=param
+            )
+        # The same prefill as a named function: the model writes {"input": …} from here (see the docstring).
+        return tools, f"{_CHANNEL}commentary to=functions.{name} <|constrain|>json<|message|>"
     if kind == "allowed_tools":
         mode = tool_choice.get("mode", "auto")
         if mode not in ("auto", "required"):

@@ -62,7 +62,17 @@ ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
 # web_search (any dated variant) is always accepted; it is offered to the model only when the server has a
 # search backend (run/start.py). Types the server cannot run get a 400 naming ``tools[i].type``.
-SUPPORTED_TOOL_TYPES = ("function", "namespace", "web_search", "web_search_preview", "mcp", "code_interpreter")
+SUPPORTED_TOOL_TYPES = (
+    "function",
+    "custom",
+    "namespace",
+    "tool_search",
+    "web_search",
+    "web_search_preview",
+    "mcp",
+    "code_interpreter",
+)
+CUSTOM_SYNTAXES = ("lark", "regex")
 CODE_INTERPRETER_MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 
 MAX_NAME_LENGTH = 64
@@ -352,6 +362,12 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
             raise _invalid_type(f"{param}.type", "a string", kind)
         if kind == "function":
             names.add(_check_function(tool, param))
+        elif kind == "custom":
+            _check_custom(tool, param)
+        elif kind == "tool_search":
+            _opt_enum(tool, "execution", ("server", "client"), f"{param}.execution")
+            _opt_str(tool, "description", f"{param}.description")
+            _opt_object(tool, "parameters", f"{param}.parameters")
         elif kind == "namespace":
             namespace = _check_name(tool.get("name"), f"{param}.name")
             _opt_str(tool, "description", f"{param}.description")
@@ -380,8 +396,8 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
             _check_code_interpreter(tool, param)
         elif kind in UNSUPPORTED_TOOL_TYPES:
             raise APIError(
-                f"Invalid value for '{param}.type': '{kind}' tools are not supported by this server yet "
-                f"(built-in tool execution is not implemented). Supported tool types: "
+                f"Invalid value for '{param}.type': '{kind}' tools are not supported by this server: gpt-oss has "
+                f"no such tool and this server does not run one. Supported tool types: "
                 f"{_quote_list(SUPPORTED_TOOL_TYPES)}.",
                 param=f"{param}.type",
                 code="unsupported_value",
@@ -389,6 +405,34 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
         else:
             raise _invalid_value(f"{param}.type", kind, SUPPORTED_TOOL_TYPES)
     return names
+
+
+def _check_custom(tool: Mapping[str, Any], param: str) -> str:
+    """A custom (freeform) tool: ``name``, ``description``, ``format`` (``text``, or a ``grammar`` in lark or regex)."""
+    name = _check_name(tool.get("name"), f"{param}.name")
+    _opt_str(tool, "description", f"{param}.description")
+    fmt = _opt_object(tool, "format", f"{param}.format")
+    if fmt is None:
+        return name
+    kind = fmt.get("type")
+    if kind is None:
+        raise _missing(f"{param}.format.type")
+    if kind not in ("text", "grammar"):
+        raise _invalid_value(f"{param}.format.type", kind, ("text", "grammar"))
+    if kind == "grammar":
+        for key in ("syntax", "definition"):
+            if fmt.get(key) is None:
+                raise _missing(f"{param}.format.{key}")
+        if fmt["syntax"] not in CUSTOM_SYNTAXES:
+            raise _invalid_value(f"{param}.format.syntax", fmt["syntax"], CUSTOM_SYNTAXES)
+        if not isinstance(fmt["definition"], str):
+            raise _invalid_type(f"{param}.format.definition", "a string", fmt["definition"])
+    return name
+
+
+def _custom_names(body: Mapping[str, Any]) -> set[str]:
+    tools = body.get("tools")
+    return {t["name"] for t in tools or () if isinstance(t, dict) and t.get("type") == "custom"}
 
 
 def _check_web_search(tool: Mapping[str, Any], param: str) -> None:
@@ -452,7 +496,7 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
     if isinstance(choice, str):
         if choice not in ("none", "auto", "required"):
             raise _invalid_value("tool_choice", choice, ("none", "auto", "required"))
-        if choice == "required" and not functions:
+        if choice == "required" and not functions and not _custom_names(body):
             raise APIError(
                 "Tool choice 'required' must be specified with 'tools' parameter that declares at least one function.",
                 param="tool_choice",
@@ -478,6 +522,18 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
                 param="tool_choice.name",
                 code="invalid_value",
             )
+    elif kind == "custom":
+        name = choice.get("name")
+        if name is None:
+            raise _missing("tool_choice.name")
+        if not isinstance(name, str):
+            raise _invalid_type("tool_choice.name", "a string", name)
+        if name not in _custom_names(body):
+            raise APIError(
+                f"Tool choice 'custom' with name '{name}' not found in 'tools' parameter.",
+                param="tool_choice.name",
+                code="invalid_value",
+            )
     elif kind == "allowed_tools":
         mode = choice.get("mode")
         if mode is None:
@@ -498,8 +554,8 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
         pass  # {type: mcp, server_label, name?}: forced by a prefill; render answers 400 for an undeclared one
     elif isinstance(kind, str):
         raise APIError(
-            f"Invalid value for 'tool_choice.type': '{kind}' cannot be forced on this server; use 'function' "
-            "or 'allowed_tools', or one of 'none', 'auto' and 'required'.",
+            f"Invalid value for 'tool_choice.type': '{kind}' cannot be forced on this server; use 'function', "
+            "'custom' or 'allowed_tools', or one of 'none', 'auto' and 'required'.",
             param="tool_choice.type",
             code="unsupported_value",
         )

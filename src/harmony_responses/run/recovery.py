@@ -34,6 +34,7 @@ _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_prog
 # The event that completes an item's code or arguments, per item type (responses-protocol.md §4).
 _ARGUMENTS_DONE = {
     "function_call": "response.function_call_arguments.done",
+    "custom_tool_call": "response.custom_tool_call_input.done",
     "mcp_call": "response.mcp_call_arguments.done",
     "code_interpreter_call": "response.code_interpreter_call_code.done",
 }
@@ -151,7 +152,7 @@ def _close(opened: _Open, emit: Any) -> dict[str, Any]:
     elif kind in ("message", "reasoning") and opened.done_part is not None:
         item["content"] = [opened.done_part]
     elif kind in _ARGUMENTS_DONE:
-        field = "code" if kind == "code_interpreter_call" else "arguments"
+        field = {"code_interpreter_call": "code", "custom_tool_call": "input"}.get(kind, "arguments")
         if not opened.arguments_done:
             done = {"type": _ARGUMENTS_DONE[kind], "item_id": item["id"], "output_index": index, field: text}
             if kind == "function_call":

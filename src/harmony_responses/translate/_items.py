@@ -2,9 +2,10 @@
 
 The shapes follow responses-protocol.md §4 (and the openai 3.57 types): a message is added with
 ``content: []`` and an ``output_text`` part with ``text: ""`` (openai-python appends and concatenates to
-them); a function call with ``arguments: ""``; a code interpreter call with ``code: ""`` and a real
-``container_id``; an MCP approval request is announced only when its arguments are complete. Keeping the
-shapes here as data leaves the translator with the order of events, not the spelling of payloads.
+them); a function call with ``arguments: ""``, a custom tool call with ``input: ""``; a code interpreter
+call with ``code: ""`` and a real ``container_id``; an MCP approval request is announced only when its
+arguments are complete. Keeping the shapes here as data leaves the translator with the order of events,
+not the spelling of payloads.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from ._citations import CitationFilter
+from ._custom import InputUnwrapper
 from ._recipients import ItemKind, Target
 
 __all__ = [
@@ -54,6 +56,7 @@ SHAPES: dict[ItemKind, ItemShape] = {
     ItemKind.MESSAGE: ItemShape("msg", True, _empty_text_part, None, "response.output_text.delta", True),
     ItemKind.REASONING: ItemShape("rs", True, _reasoning_part, None, "response.reasoning_text.delta", True),
     ItemKind.FUNCTION_CALL: ItemShape("fc", True, None, None, "response.function_call_arguments.delta", False),
+    ItemKind.CUSTOM_TOOL_CALL: ItemShape("ctc", True, None, None, "response.custom_tool_call_input.delta", False),
     ItemKind.CODE_INTERPRETER: ItemShape(
         "ci",
         True,
@@ -109,6 +112,16 @@ def added_item(
         if target.namespace is not None:
             added["namespace"] = target.namespace
         return added
+    if kind is ItemKind.CUSTOM_TOOL_CALL:
+        # ``status`` as the API sends it (its custom tools guide shows "completed"), like a function call's.
+        return {
+            "id": item_id,
+            "type": "custom_tool_call",
+            "status": "in_progress",
+            "call_id": "call_" + item_id.removeprefix("ctc_"),
+            "name": target.name,
+            "input": "",
+        }
     if kind is ItemKind.CODE_INTERPRETER:
         return {
             "id": item_id,
@@ -163,6 +176,7 @@ class Item:
         "pending_lp",
         "summary_open",
         "target",
+        "unwrap",
     )
 
     def __init__(
@@ -182,6 +196,7 @@ class Item:
         # A reasoning item streamed as its summary: False until the summary part opens, True after; None when
         # summaries were not asked for.
         self.summary_open: bool | None = None
+        self.unwrap: InputUnwrapper | None = None  # a custom tool call's input, unwrapped from its JSON
 
     @property
     def id(self) -> str:

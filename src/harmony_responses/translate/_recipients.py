@@ -27,6 +27,9 @@ class ItemKind(enum.Enum):
     REASONING = "reasoning"
     MESSAGE = "message"
     FUNCTION_CALL = "function_call"
+    # A call to a custom (freeform) tool: declared as a function of one string (render/_tools.py), its input
+    # unwrapped from the JSON the model writes (_custom.py).
+    CUSTOM_TOOL_CALL = "custom_tool_call"
     CODE_INTERPRETER = "code_interpreter_call"
     WEB_SEARCH = "web_search_call"
     MCP_CALL = "mcp_call"
@@ -107,6 +110,7 @@ def _read_only_hint(tool: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True, slots=True)
 class RecipientMap:
     functions: frozenset[str] = frozenset()
+    custom: frozenset[str] = frozenset()  # custom tools, called as functions.NAME like functions
     namespaces: Mapping[str, frozenset[str]] | None = None
     mcp_servers: frozenset[str] = frozenset()
     code_interpreter: bool = False
@@ -118,6 +122,7 @@ class RecipientMap:
     def from_tools(cls, tools: Iterable[Mapping[str, Any]] | None) -> RecipientMap:
         """Build the map from a Responses request's ``tools`` array (unknown types are ignored here)."""
         functions: set[str] = set()
+        custom: set[str] = set()
         namespaces: dict[str, frozenset[str]] = {}
         mcp: set[str] = set()
         approval: dict[str, ApprovalRule] = {}
@@ -127,6 +132,8 @@ class RecipientMap:
             kind = tool.get("type")
             if kind == "function" and isinstance(tool.get("name"), str):
                 functions.add(tool["name"])
+            elif kind == "custom" and isinstance(tool.get("name"), str):
+                custom.add(tool["name"])
             elif kind == "namespace" and isinstance(tool.get("name"), str):
                 names = {t["name"] for t in tool.get("tools") or () if isinstance(t, Mapping) and "name" in t}
                 namespaces[tool["name"]] = frozenset(names)
@@ -145,6 +152,7 @@ class RecipientMap:
                 web_search = True
         return cls(
             functions=frozenset(functions),
+            custom=frozenset(custom),
             namespaces=namespaces,
             mcp_servers=frozenset(mcp),
             code_interpreter=code_interpreter,
@@ -171,6 +179,8 @@ class RecipientMap:
             name = recipient[len("functions.") :]
             if name in self.functions:
                 return Target(ItemKind.FUNCTION_CALL, name)
+            if name in self.custom:
+                return Target(ItemKind.CUSTOM_TOOL_CALL, name)
             # The model sometimes puts built-ins under functions.* (harmony.md §7.2).
             builtin = self._declared(name)
             if builtin is not None:

@@ -25,6 +25,7 @@ import orjson
 from ..tokens import FinishReason, TokenLogprob
 from ..vocab import FIRST_SPECIAL, Vocabulary
 from ._citations import CitationFilter, CitationResolver
+from ._custom import InputUnwrapper
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._header import CHANNEL, CONSTRAIN, normalise_channel, parse_header
@@ -535,12 +536,21 @@ class Translator:
             if item.cites is not None:
                 self._cite_text(item, item.cites.feed(text))
             else:
+                if item.unwrap is not None:
+                    text = item.unwrap.feed(text)
+                    if not text:
+                        return
                 item.parts.append(text)
                 self._emit_delta(item, text)
 
     def _push_text(self, item: _Item, text: str) -> None:
         """Text for an item outside the per-token path (headerless text, the decoder's tail)."""
-        if item.cites is not None:
+        if item.unwrap is not None:
+            text = item.unwrap.feed(text)
+            if text:
+                item.parts.append(text)
+                self._emit_delta(item, text)
+        elif item.cites is not None:
             self._cite_text(item, item.cites.feed(text))
         else:
             item.parts.append(text)
@@ -760,6 +770,8 @@ class Translator:
             item.summary_open = False
         elif shape.delta_event is not None:
             item.delta = delta_template(shape, item.id, item.index)
+        if kind is ItemKind.CUSTOM_TOOL_CALL:
+            item.unwrap = InputUnwrapper()
         if kind is ItemKind.MESSAGE:
             if self._want_logprobs:
                 item.logprobs = []
@@ -774,6 +786,11 @@ class Translator:
             self._push_text(item, tail)
         if item.cites is not None:
             self._cite_text(item, item.cites.flush())  # an unfinished citation at the end is text
+        if item.unwrap is not None:
+            rest = item.unwrap.flush()  # what JSON decoding held back, or text that was not our JSON
+            if rest:
+                item.parts.append(rest)
+                self._emit_delta(item, rest)
         return "".join(item.parts)
 
     def _close(self, item: _Item, status: str) -> None:
@@ -827,6 +844,16 @@ class Translator:
                 }
             )
             done["arguments"] = text
+        elif kind is ItemKind.CUSTOM_TOOL_CALL:
+            self._emit(
+                {
+                    "type": "response.custom_tool_call_input.done",
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "input": text,
+                }
+            )
+            done["input"] = text
         else:
             self._send_call_events(item, text)
             if kind is ItemKind.CODE_INTERPRETER:
