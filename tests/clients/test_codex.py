@@ -56,14 +56,45 @@ openai_base_url = "{base_url}/v1"
 """
 
 
+# A model catalog entry for gpt-oss (`model_catalog_json`), so that Codex does not fall back to generic metadata.
+# Codex >= 0.131 requires such an entry to declare apply_patch as a freeform (custom) tool.
+MODEL_CATALOG = {
+    "models": [
+        {
+            "slug": MODEL,
+            "display_name": MODEL,
+            "description": "gpt-oss through harmony-responses",
+            "apply_patch_tool_type": "freeform",
+            "context_window": 131072,
+            "supported_reasoning_levels": [
+                {"effort": effort, "description": effort} for effort in ("low", "medium", "high")
+            ],
+            "default_reasoning_level": "medium",
+            "shell_type": "default",
+            "visibility": "list",
+            "supported_in_api": True,
+            "priority": 1,
+            "base_instructions": "You are a coding agent running in a terminal. Edit files with apply_patch.",
+            "supports_reasoning_summaries": True,
+            "support_verbosity": False,
+            "truncation_policy": {"mode": "tokens", "limit": 10000},
+            "supports_parallel_tool_calls": False,
+            "experimental_supported_tools": [],
+        }
+    ]
+}
+CATALOG_LINE = 'model_catalog_json = "{home}/catalog.json"\n'
+
+
 @pytest.fixture
 def run_codex(codex: Path, tmp_path: Path) -> Callable[..., CodexRun]:
     """``run_codex(base_url, prompt, config=CONFIG_TOML)``: one ``codex exec`` against the server at ``base_url``."""
 
-    def _run(base_url: str, prompt: str, config: str = CONFIG_TOML) -> CodexRun:
+    def _run(base_url: str, prompt: str, config: str = CONFIG_TOML, *options: str) -> CodexRun:
         home = tmp_path / "codex-home"
         home.mkdir(exist_ok=True)
-        (home / "config.toml").write_text(config.format(model=MODEL, base_url=base_url))
+        (home / "config.toml").write_text(config.format(model=MODEL, base_url=base_url, home=home))
+        (home / "catalog.json").write_text(json.dumps(MODEL_CATALOG))
         workdir = tmp_path / "work"
         workdir.mkdir(exist_ok=True)
         # Nothing from the developer's own Codex or OpenAI setup leaks in.
@@ -76,7 +107,17 @@ def run_codex(codex: Path, tmp_path: Path) -> Callable[..., CodexRun]:
         if bundled is not None:
             env["PATH"] = f"{bundled}{os.pathsep}{env.get('PATH', '')}"
         proc = subprocess.run(
-            [str(codex), "exec", "--skip-git-repo-check", "--ephemeral", "--strict-config", "--color", "never", prompt],
+            [
+                str(codex),
+                "exec",
+                "--skip-git-repo-check",
+                "--ephemeral",
+                "--strict-config",
+                "--color",
+                "never",
+                *options,
+                prompt,
+            ],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             cwd=workdir,
@@ -200,3 +241,56 @@ def test_codex_builtin_provider_tool_turn_over_websocket(serve, replay_script, r
     # remembers the turn, so the model's second prompt holds the first one and the tool's output.
     first, second = (json.loads(line) for line in record.read_text().splitlines())
     assert second["prompt_tokens"] > first["prompt_tokens"] + 20, (first["prompt_tokens"], second["prompt_tokens"])
+
+
+PATCH = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-old line\n+new line\n*** End Patch\n"
+
+
+@pytest.mark.parametrize("provider", ["custom", "builtin"])
+def test_codex_edits_a_file_with_the_custom_apply_patch_tool(
+    provider: str, serve, replay_script, recording_proxy, run_codex, tmp_path: Path
+) -> None:
+    calls = [
+        {
+            "harmony": "<|channel|>analysis<|message|>I will patch notes.txt.<|end|>"
+            "<|start|>assistant<|channel|>commentary to=functions.apply_patch <|constrain|>json<|message|>"
+            + json.dumps({"input": PATCH})
+            + "<|call|>",
+            "chunk": 4,
+        },
+        {"harmony": "<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|channel|>final<|message|>"
+         "notes.txt now says new line.<|return|>", "chunk": 3},
+    ]  # fmt: skip
+    record = tmp_path / "calls.jsonl"
+    server = serve(replay_script(calls), "--record", str(record))
+    (tmp_path / "work").mkdir()
+    notes = tmp_path / "work" / "notes.txt"
+    notes.write_text("first line\nold line\n")
+    if provider == "custom":
+        proxy: RecordingProxy = recording_proxy(server)
+        config, base_url = CATALOG_LINE + CONFIG_TOML, proxy.base_url
+    else:
+        config, base_url = CATALOG_LINE + BUILTIN_CONFIG_TOML, server
+
+    run = run_codex(
+        base_url, "In notes.txt, replace 'old line' with 'new line'.", config, "--sandbox", "workspace-write"
+    )
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "notes.txt now says new line.", run
+    assert notes.read_text() == "first line\nnew line\n", run  # Codex really applied the patch
+    assert len(record.read_text().splitlines()) == 2  # the call, then the answer after its output
+    if provider == "custom":
+        first, second = proxy.bodies()
+        # The catalog entry makes Codex declare apply_patch as a custom tool with its lark grammar.
+        [tool] = [t for t in first["tools"] if t.get("name") == "apply_patch"]
+        assert tool["type"] == "custom" and tool["format"]["syntax"] == "lark", tool
+        new_items = second["input"][len(first["input"]) :]
+        by_type = {item["type"]: item for item in new_items}
+        assert by_type["custom_tool_call"]["input"] == PATCH, new_items
+        output = by_type["custom_tool_call_output"]
+        assert output["call_id"] == by_type["custom_tool_call"]["call_id"]
+        assert "notes.txt" in json.dumps(output["output"]), output
+    else:
+        log = _server_log(tmp_path)
+        assert "POST /v1/responses" not in log and '"WebSocket /v1/responses" [accepted]' in log, log
