@@ -16,10 +16,14 @@ from typing import Any
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from ..errors import APIError
 
-__all__ = ["HEAD_TIMEOUT", "ApiHttpProtocol", "api_http_protocol"]
+__all__ = ["DRAIN_EXTENSION", "HEAD_TIMEOUT", "ApiHttpProtocol", "ApiWebSocketProtocol", "api_http_protocol"]
+
+# The scope extension through which a WebSocket endpoint tells the protocol it is still running responses.
+DRAIN_EXTENSION = "harmony_responses.drain"
 
 # Seconds from a connection's start (or from a new request's first byte on a kept-alive connection) to the
 # end of the request's headers: generous for any real client, short for a slowloris.
@@ -85,3 +89,21 @@ class ApiHttpProtocol(HttpToolsProtocol):
 def api_http_protocol(head_timeout: float = HEAD_TIMEOUT) -> type[ApiHttpProtocol]:
     """The protocol class for ``uvicorn.Config(http=…)`` with its own bound on a request's head."""
     return type("ApiHttpProtocol", (ApiHttpProtocol,), {"head_timeout": head_timeout})
+
+
+class ApiWebSocketProtocol(WebSocketsSansIOProtocol):
+    """``uvicorn.Config(ws=ApiWebSocketProtocol)``: a server shutdown lets the socket's running responses end first.
+
+    uvicorn closes every WebSocket at once when the server shuts down (1012), which would cancel a response
+    mid-stream, while an SSE stream gets ``--shutdown-grace`` to finish (and is then ended failed, in-band).
+    An endpoint that registered a drain in ``scope["extensions"][DRAIN_EXTENSION]`` (``http/websocket.py``)
+    and still runs responses gets the same: the drain is told to close the socket once they have ended
+    (or at the backstop, when uvicorn stops waiting).
+    """
+
+    def shutdown(self) -> None:
+        drain = getattr(self, "scope", {}).get("extensions", {}).get(DRAIN_EXTENSION)
+        if drain is not None and self.handshake_complete and not self.close_sent and drain.busy():
+            drain.close_when_idle(super().shutdown)
+            return
+        super().shutdown()

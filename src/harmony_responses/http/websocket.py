@@ -20,7 +20,9 @@ SSE (``error`` + ``response.failed``; the ``error`` event carries the nested ``e
 ``previous_response_id`` also names the connection's recent responses that were not stored (``store:
 false``, what Codex sends): the API keeps them for the connection, and Codex's requests after the first
 send only the new items. A client that closes the socket cancels its running responses, like a closed
-HTTP stream (stored ones end ``cancelled``).
+HTTP stream (stored ones end ``cancelled``). When the server shuts down, running responses get the grace an
+SSE stream gets (``connection.ApiWebSocketProtocol``), new ``response.create`` messages a 503 ``error``, and the
+socket closes (1012) once they have ended.
 
 A browser can open a WebSocket to any address without asking (no CORS), so on a loopback bind a handshake
 whose ``Origin`` is not a loopback or ``--allowed-host`` name gets 403 (API clients send no ``Origin``).
@@ -31,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,6 +47,7 @@ from ..request import History, read_request
 from ..run import ResponseRun, Server, StoredRun
 from ..run.turns import Turns, starting
 from .auth import owner_of
+from .connection import DRAIN_EXTENSION
 from .errors import error_response, to_api_error
 from .hosts import is_loopback
 
@@ -122,6 +125,24 @@ class _Connection:
         self.lanes: dict[str | None, deque[dict[str, Any]]] = {}
         self.send_lock = anyio.Lock()
         self.group: anyio.abc.TaskGroup | None = None
+        # The server is shutting down: the protocol's close, called once the running responses have ended.
+        self._close: Callable[[], None] | None = None
+        websocket.scope.setdefault("extensions", {})[DRAIN_EXTENSION] = self
+
+    def busy(self) -> bool:
+        """Responses are running or waiting on this socket (``ApiWebSocketProtocol.shutdown`` asks)."""
+        return bool(self.lanes)
+
+    def close_when_idle(self, close: Callable[[], None]) -> None:
+        """The server is shutting down: refuse new responses, and ``close`` once the running ones have ended."""
+        self._close = close
+        if not self.lanes:
+            self._closing()
+
+    def _closing(self) -> None:
+        close, self._close = self._close, lambda: None  # once: later lanes find it done
+        if close is not None:
+            close()
 
     async def serve(self) -> None:
         async with anyio.create_task_group() as group:
@@ -157,6 +178,12 @@ class _Connection:
             group.start_soon(self._send_error, error, None)
             return
         lane = message.get("stream_id") if isinstance(message.get("stream_id"), str) else None
+        if self._close is not None:
+            error = APIError(
+                "The server is shutting down; try again.", status=503, type="server_error", code="shutting_down"
+            )
+            group.start_soon(self._send_error, error, lane)
+            return
         queue = self.lanes.get(lane)
         if queue is not None:
             queue.append(message)  # its lane's worker takes it after the response before it
@@ -178,6 +205,8 @@ class _Connection:
             self.group.cancel_scope.cancel()
         finally:
             del self.lanes[lane]
+            if self._close is not None and not self.lanes:
+                self._closing()  # shutting down, and this was the last response running here
 
     async def _send(self, payload: bytes | dict[str, Any], stream_id: str | None) -> None:
         if isinstance(payload, dict):

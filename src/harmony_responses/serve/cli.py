@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import uvicorn
 
 from ..engine import engine_from_spec
-from ..http.connection import api_http_protocol
+from ..http.connection import ApiWebSocketProtocol, api_http_protocol
 from ..store import describe_store
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
@@ -196,8 +196,9 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             lifespan="on",
             http=api_http_protocol(config.head_timeout),
             # WebSocket mode (http/websocket.py): upgrades go from the httptools protocol above to websockets'
-            # sans-I/O implementation; a message may be as large as a request body.
-            ws="websockets-sansio",
+            # sans-I/O implementation, which lets running responses end at shutdown; a message may be as large
+            # as a request body.
+            ws=ApiWebSocketProtocol,
             ws_max_size=config.max_body_bytes,
             timeout_graceful_shutdown=config.shutdown_grace + SHUTDOWN_BACKSTOP,
         ),
