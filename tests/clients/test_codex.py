@@ -273,7 +273,13 @@ def test_codex_edits_a_file_with_the_custom_apply_patch_tool(
         config, base_url = CATALOG_LINE + BUILTIN_CONFIG_TOML, server
 
     run = run_codex(
-        base_url, "In notes.txt, replace 'old line' with 'new line'.", config, "--sandbox", "workspace-write"
+        # Codex's own sandbox is not under test, and from a checkout under /tmp (as CI may clone) it refuses
+        # its helpers and every write fails: the patch is applied without it, in a scratch folder.
+        base_url,
+        "In notes.txt, replace 'old line' with 'new line'.",
+        config,
+        "--sandbox",
+        "danger-full-access",
     )
 
     assert run.returncode == 0, run
