@@ -290,18 +290,24 @@ def test_pydantic_ai_failed_response_raises(start: Start) -> None:
 VERCEL_SCRIPT = Path(__file__).with_name("vercel_round_trip.mjs")
 
 
-def _vercel(live: Live, mode: str) -> dict[str, Any]:
-    """The AI SDK (npm ``ai`` and ``@ai-sdk/openai``, pinned in package.json) run by node on our server."""
-    if not (REPO / "node_modules" / "ai").is_dir():
+def _node_client(script: Path, package: str, what: str, live: Live, mode: str) -> dict[str, Any]:
+    """``node script BASE_URL mode`` on our server: a JS client (npm ``package``, pinned in package.json) whose
+    script prints one JSON line last."""
+    if not (REPO / "node_modules" / package).is_dir():
         if os.environ.get(ALLOW_MISSING_ENV):
-            pytest.skip("the Vercel AI SDK is not installed (npm ci)")
-        pytest.fail("the Vercel AI SDK is not installed: run scripts/install (npm ci)")
+            pytest.skip(f"{what} is not installed (npm ci)")
+        pytest.fail(f"{what} is not installed: run scripts/install (npm ci)")
     # node finds the packages in the repository's node_modules, up from the script's folder.
     done = subprocess.run(
-        ["node", str(VERCEL_SCRIPT), live.base_url, mode], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["node", str(script), live.base_url, mode], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _vercel(live: Live, mode: str) -> dict[str, Any]:
+    """The AI SDK (npm ``ai`` and ``@ai-sdk/openai``) run by node on our server."""
+    return _node_client(VERCEL_SCRIPT, "ai", "the Vercel AI SDK", live, mode)
 
 
 @pytest.mark.parametrize("mode", ["generate", "stream"])
@@ -324,16 +330,8 @@ OPENAI_NODE_SCRIPT = Path(__file__).with_name("openai_node_round_trip.mjs")
 
 
 def _openai_node(live: Live, mode: str) -> dict[str, Any]:
-    """openai-node (npm ``openai``, pinned in package.json) run by node on our server."""
-    if not (REPO / "node_modules" / "openai").is_dir():
-        if os.environ.get(ALLOW_MISSING_ENV):
-            pytest.skip("openai-node is not installed (npm ci)")
-        pytest.fail("openai-node is not installed: run scripts/install (npm ci)")
-    done = subprocess.run(
-        ["node", str(OPENAI_NODE_SCRIPT), live.base_url, mode], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """openai-node (npm ``openai``) run by node on our server."""
+    return _node_client(OPENAI_NODE_SCRIPT, "openai", "openai-node", live, mode)
 
 
 @pytest.mark.parametrize("mode", ["items", "previous", "stream"])

@@ -176,6 +176,13 @@ def _opt_str(body: Mapping[str, Any], key: str, param: str | None = None) -> str
     return value
 
 
+def _required_str(body: Mapping[str, Any], key: str, param: str) -> str:
+    value = _opt_str(body, key, param)
+    if value is None:
+        raise _missing(param)
+    return value
+
+
 def _opt_bool(body: Mapping[str, Any], key: str, param: str | None = None) -> bool | None:
     value = body.get(key)
     if value is not None and not isinstance(value, bool):
@@ -509,11 +516,7 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
     if kind is None:
         raise _missing("tool_choice.type")
     if kind == "function":
-        name = choice.get("name")
-        if name is None:
-            raise _missing("tool_choice.name")
-        if not isinstance(name, str):
-            raise _invalid_type("tool_choice.name", "a string", name)
+        name = _required_str(choice, "name", "tool_choice.name")
         namespace = choice.get("namespace")
         qualified = f"{namespace}.{name}" if isinstance(namespace, str) else name
         if qualified not in functions:
@@ -523,11 +526,7 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
                 code="invalid_value",
             )
     elif kind == "custom":
-        name = choice.get("name")
-        if name is None:
-            raise _missing("tool_choice.name")
-        if not isinstance(name, str):
-            raise _invalid_type("tool_choice.name", "a string", name)
+        name = _required_str(choice, "name", "tool_choice.name")
         if name not in _custom_names(body):
             raise APIError(
                 f"Tool choice 'custom' with name '{name}' not found in 'tools' parameter.",
