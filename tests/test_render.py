@@ -1058,12 +1058,75 @@ def test_tool_choice_custom_prefills_its_call() -> None:
     assert "type apply_patch" in text and "type get_weather" not in text
 
 
-def test_tool_search_and_deferred_tools() -> None:
+CRM = {
+    "type": "namespace",
+    "name": "crm",
+    "description": "Customer records.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup_customer",
+            "description": "Find a customer by email address.",
+            "parameters": {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]},
+            "defer_loading": True,
+        },
+        {"type": "function", "name": "ping", "description": "Check the CRM is up."},
+    ],
+}
+
+
+def test_deferred_tools_wait_for_a_search_the_client_runs() -> None:
     deferred = dict(WEATHER_TOOL, defer_loading=True)
-    search = {"type": "tool_search", "execution": "client", "description": "Find tools.", "parameters": {}}
-    text = text_of({"input": "x", "tools": [search, deferred]})
-    # Every tool is declared at once, deferred ones too; the search tool itself is not offered.
-    assert "type get_weather" in text and "tool_search" not in text and "Find tools." not in text
+    params = {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "number"}}}
+    search = {"type": "tool_search", "execution": "client", "description": "Find tools.", "parameters": params}
+    text = text_of({"input": "x", "tools": [search, deferred, CRM]})
+    # The search is a function with the client's description and schema; deferred tools are not declared.
+    assert "// Find tools.\ntype tool_search = (_: {\nquery?: string,\nlimit?: number,\n}) => any;" in text
+    assert "get_weather" not in text and "lookup_customer" not in text
+    assert "type ping = () => any;" in text  # the namespace's other function is declared as usual
+
+
+def test_the_server_search_says_what_it_can_load() -> None:
+    text = text_of({"input": "x", "tools": [{"type": "tool_search"}, dict(WEATHER_TOOL, defer_loading=True), CRM]})
+    assert "// - namespace crm: Customer records.\n// - 1 function in functions\ntype tool_search = (_: {" in text
+    assert "query: string," in text and "limit?: number," in text and "get_weather" not in text
+
+
+def test_without_a_search_deferred_tools_are_declared() -> None:
+    text = text_of({"input": "x", "tools": [dict(WEATHER_TOOL, defer_loading=True), CRM]})
+    assert "type get_weather" in text and "type lookup_customer" in text and "tool_search" not in text
+
+
+def test_a_forced_deferred_function_is_declared() -> None:
+    tools = [{"type": "tool_search"}, dict(WEATHER_TOOL, defer_loading=True)]
+    text = text_of({"input": "x", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}})
+    assert "type get_weather" in text
+
+
+def test_the_search_ranks_names_over_descriptions_and_keeps_declaration_order() -> None:
+    from harmony_responses.render import answer_tool_search
+
+    flights = {"type": "function", "name": "book_flight", "description": "Book a flight; also shows the weather."}
+    tools = [{"type": "tool_search"}, flights, dict(WEATHER_TOOL, defer_loading=True), CRM]
+    tools[1] = dict(flights, defer_loading=True)
+    text, loaded = answer_tool_search(tools, '{"query": "weather"}')
+    assert [t["name"] for t in loaded] == ["get_weather", "book_flight"]  # the name beats the description
+    assert text.startswith("These tools are loaded now") and "type get_weather = (_: {" in text
+    _, loaded = answer_tool_search(tools, '{"query": "customer email", "limit": 1}')
+    assert loaded == [dict(CRM, tools=[CRM["tools"][0]])]  # a member comes back inside its namespace
+    _, loaded = answer_tool_search(tools, '{"query": "book_flight"}')
+    assert [t["name"] for t in loaded] == ["book_flight"]  # an exact name
+    text, loaded = answer_tool_search(tools, '{"query": "zebra"}')
+    assert loaded == [] and text == "No tools matched the query; nothing was loaded."
+
+
+def test_bad_tool_search_declarations() -> None:
+    two = error_of({"input": "x", "tools": [{"type": "tool_search"}, {"type": "tool_search"}]})
+    assert two.param == "tools[1].type"
+    named = error_of({"input": "x", "tools": [{"type": "tool_search"}, dict(WEATHER_TOOL, name="tool_search")]})
+    assert named.param == "tools[1].name"
+    flag = error_of({"input": "x", "tools": [{"type": "tool_search"}, dict(WEATHER_TOOL, defer_loading="yes")]})
+    assert (flag.param, flag.code) == ("tools[1].defer_loading", "invalid_type")
 
 
 def test_a_custom_tool_and_a_function_may_not_share_a_name() -> None:

@@ -40,6 +40,8 @@ ID_PREFIX = {
     "mcp_call": "mcp_",
     "mcp_list_tools": "mcpl_",
     "mcp_approval_request": "mcpr_",
+    "tool_search_call": "tsc_",
+    "tool_search_output": "tso_",
 }
 # Item types the API defines without a ``status`` (responses-protocol.md §4.4, §4.6).
 STATUSLESS = {"mcp_list_tools", "mcp_approval_request"}
@@ -119,6 +121,10 @@ _GRAMMAR = {
     ("mcp_call", "incomplete"): "AIm*MZ",
     ("mcp_list_tools", None): "AI[KX]Z",
     ("mcp_approval_request", None): "AZ",  # added and done only, both with the whole arguments
+    # No events of their own in the API: added when the arguments are complete, done with the search (or at once).
+    ("tool_search_call", "completed"): "AZ",
+    ("tool_search_call", "incomplete"): "AZ",
+    ("tool_search_output", "completed"): "AZ",
 }
 # Keys of the added item that the done item must repeat unchanged (identity and routing).
 _STABLE_KEYS = (
@@ -132,6 +138,7 @@ _STABLE_KEYS = (
     "server_label",
     "container_id",
     "approval_request_id",
+    "execution",
 )
 
 
@@ -273,7 +280,9 @@ def _check_items(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     assert open_index is None, f"item {open_index} never done"
     assert sorted(done) == list(range(len(added))), "an added item has no done"
 
-    calls = [item["call_id"] for item in added if item["type"] in ("function_call", "custom_tool_call")]
+    calls = [
+        item["call_id"] for item in added if item["type"] in ("function_call", "custom_tool_call", "tool_search_call")
+    ]
     assert len(calls) == len(set(calls)), f"call_id reused: {calls}"
     items = [done[index] for index in range(len(added))]
     for index, item in enumerate(items):
@@ -283,6 +292,13 @@ def _check_items(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     kinds = [item["type"] for item in items]
     if "mcp_approval_request" in kinds:
         assert kinds.index("mcp_approval_request") == len(kinds) - 1, f"an approval request is not last: {kinds}"
+    for i, item in enumerate(items):
+        if item["type"] == "tool_search_output":  # the server's own search answers the call right before it
+            call = items[i - 1] if i else {}
+            assert call.get("type") == "tool_search_call" and call.get("execution") == "server", kinds
+            assert call["call_id"] == item["call_id"] and call["status"] == "completed", (call, item)
+        elif item["type"] == "tool_search_call" and item["execution"] == "client":
+            assert i == len(items) - 1, f"a client's tool search call is not the last item: {kinds}"
     listed = [i for i, kind in enumerate(kinds) if kind == "mcp_list_tools"]
     assert listed == list(range(len(listed))), f"mcp_list_tools items come before the model's items: {kinds}"
     return items
@@ -307,6 +323,11 @@ def _check_added_zero_values(item: dict[str, Any]) -> None:
         assert item["tools"] == [] and item["server_label"] and "error" not in item
     elif kind == "mcp_approval_request":
         assert item["server_label"] and item["name"] and isinstance(item["arguments"], str)
+    elif kind == "tool_search_call":
+        assert item["call_id"].startswith("call_") and item["execution"] in ("server", "client")
+        assert "arguments" in item
+    elif kind == "tool_search_output":
+        assert item["tools"] == [] and item["execution"] == "server" and item["call_id"].startswith("call_")
 
 
 def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[str, Any]]) -> None:
@@ -372,6 +393,10 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
             assert isinstance(tool["name"], str) and isinstance(tool["input_schema"], dict), tool
     elif kind == "mcp_approval_request":
         assert item == added, "an approval request's done item differs from its added item"
+    elif kind == "tool_search_call":
+        assert item["arguments"] == added["arguments"], "a tool search call's arguments changed after added"
+    elif kind == "tool_search_output":
+        assert isinstance(item["tools"], list) and all(isinstance(t, dict) and t.get("type") for t in item["tools"])
 
 
 def _check_summary(events: list[dict[str, Any]], item: dict[str, Any], text: str) -> None:

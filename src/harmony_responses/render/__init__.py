@@ -4,12 +4,20 @@ Pure functions over openai_harmony; no I/O beyond loading the (offline) vocabula
 checks ``len(RenderedPrompt.token_ids)`` against the context window (``truncation`` is the api layer's).
 Modules: ``_request`` (assembly), ``_system`` (system message, reasoning effort, built-in namespaces),
 ``_developer`` (instructions, function tools, response formats), ``_tools`` (tools and tool_choice),
-``_history`` (input items, chain-of-thought dropping), ``_schema_ts`` (JSON Schema → TypeScript).
+``_history`` (input items, chain-of-thought dropping), ``_schema_ts`` (JSON Schema → TypeScript),
+``_tool_search`` (the search tool, deferred tools and what a search loads).
 """
 
 from ._errors import RenderError
 from ._history import PendingMcpCall
-from ._request import RenderedPrompt, render_request
+from ._request import RenderedPrompt, answer_tool_search, render_request
 from ._system import DEFAULT_PYTHON_DESCRIPTION
 
-__all__ = ["DEFAULT_PYTHON_DESCRIPTION", "PendingMcpCall", "RenderError", "RenderedPrompt", "render_request"]
+__all__ = [
+    "DEFAULT_PYTHON_DESCRIPTION",
+    "PendingMcpCall",
+    "RenderError",
+    "RenderedPrompt",
+    "answer_tool_search",
+    "render_request",
+]

@@ -22,6 +22,11 @@ Owns the item mapping and the chain-of-thought rule:
   ``mcp_call`` → ``assistant to=LABEL.NAME`` plus a ``LABEL.NAME`` tool message with the output or error
   (MCP servers are built-in-style system namespaces, so both sit on analysis like browser and python).
 - ``mcp_list_tools`` → no message (its tools can fill an MCP namespace, see ``_tools``).
+- ``tool_search_call`` → ``assistant to=functions.tool_search`` on commentary, its ``arguments`` as compact JSON;
+  ``tool_search_output`` → a ``functions.tool_search`` tool message declaring the loaded tools
+  (``_tool_search.loaded_tools_text``, the same text the server's own search answers with). Their fields are
+  checked as the API's item types define them: an unknown field, a missing ``arguments`` or ``tools``, a tool
+  that cannot be loaded is a 400.
 - ``mcp_approval_request`` + its ``mcp_approval_response`` → the call (as for ``mcp_call``), rendered where the
   response is, then: declined → a tool message saying so; approved and not yet run (no ``mcp_call`` with its
   ``approval_request_id`` in the conversation) → nothing: the conversation ends with the call, which the server
@@ -41,6 +46,9 @@ from typing import Any
 from openai_harmony import Author, Message, Role
 
 from ._errors import RenderError
+from ._text import compact_json
+from ._tool_search import SEARCH_NAME, loaded_namespaces, loaded_tools_text
+from ._tools import tool_spec
 
 __all__ = ["History", "Location", "PendingMcpCall", "build_history", "message_text"]
 
@@ -61,8 +69,6 @@ _UNREPRESENTABLE = frozenset(
         "image_generation_call",
         "file_search_call",
         "compaction",
-        "tool_search_call",
-        "tool_search_output",
     }
 )
 
@@ -187,6 +193,7 @@ _CALLS = frozenset(
         "code_interpreter_call",
         "mcp_call",
         "mcp_approval_request",
+        "tool_search_call",
     }
 )
 
@@ -303,6 +310,34 @@ def _approval_request(item: dict[str, Any], loc: Location) -> tuple[str, str, st
 def _mcp_call_message(label: str, name: str, arguments: str) -> Message:
     # MCP servers are system namespaces like browser and python: their calls sit on analysis, as code.
     return _assistant(arguments, "analysis").with_recipient(f"{label}.{name}").with_content_type("code")
+
+
+_TOOL_SEARCH_FIELDS = {
+    "tool_search_call": frozenset({"type", "id", "call_id", "execution", "status", "arguments", "created_by"}),
+    "tool_search_output": frozenset({"type", "id", "call_id", "execution", "status", "tools", "created_by"}),
+}
+_SEARCH_RECIPIENT = f"functions.{SEARCH_NAME}"
+
+
+def _check_tool_search_item(item: dict[str, Any], kind: str, loc: Location) -> str | None:
+    """Check a ``tool_search_call`` / ``tool_search_output`` against the API's item type; its call_id."""
+    for key in item:
+        if key not in _TOOL_SEARCH_FIELDS[kind]:
+            raise _error(loc, f".{key}", f"Unknown parameter: '{loc.path}.{key}'.", "unknown_parameter")
+    required = "arguments" if kind == "tool_search_call" else "tools"
+    if item.get(required) is None:
+        raise _error(
+            loc, f".{required}", f"Missing required parameter: '{loc.path}.{required}'.", "missing_required_parameter"
+        )
+    for key, supported in (("execution", ("server", "client")), ("status", ("in_progress", "completed", "incomplete"))):
+        value = item.get(key)
+        if value is not None and value not in supported:
+            listed = ", ".join(f"'{v}'" for v in supported[:-1]) + f" and '{supported[-1]}'"
+            raise _error(loc, f".{key}", f"Invalid value: '{value}'. Supported values are: {listed}.")
+    call_id = item.get("call_id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise _error(loc, ".call_id", f"Invalid type for '{loc.path}.call_id': expected a string.", "invalid_type")
+    return call_id
 
 
 def build_history(entries: list[tuple[Any, Location]]) -> History:
@@ -439,6 +474,30 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
                 history.messages.append(_tool_result(recipient, result, "analysis"))
             elif output is not None:
                 history.messages.append(_tool_result(recipient, _output_text(output, loc), "analysis"))
+        elif kind == "tool_search_call":
+            call_id = _check_tool_search_item(item, kind, loc)
+            if call_id is not None:
+                recipients[call_id] = _SEARCH_RECIPIENT
+            arguments = item["arguments"]
+            text = arguments if isinstance(arguments, str) else compact_json(arguments)
+            message = _assistant(text, "commentary").with_recipient(_SEARCH_RECIPIENT)
+            history.messages.append(message.with_content_type("<|constrain|>json"))
+        elif kind == "tool_search_output":
+            call_id = _check_tool_search_item(item, kind, loc)
+            if call_id is not None and recipients.get(call_id) != _SEARCH_RECIPIENT:
+                raise _error(
+                    loc,
+                    ".call_id",
+                    f"No tool_search_call found for tool_search_output with call_id '{call_id}': it must follow "
+                    "the call it answers.",
+                )
+            try:
+                groups = loaded_namespaces(item["tools"], f"{loc.path}.tools", tool_spec)
+            except RenderError as exc:
+                if loc.from_client:
+                    raise
+                raise _error(loc, "", exc.message, exc.code or "invalid_value") from None
+            history.messages.append(_tool_result(_SEARCH_RECIPIENT, loaded_tools_text(groups), "commentary"))
         elif kind == "mcp_list_tools":
             label, tools = item.get("server_label"), item.get("tools")
             if isinstance(label, str) and isinstance(tools, list):

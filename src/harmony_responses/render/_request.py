@@ -23,9 +23,10 @@ from ._errors import RenderError
 from ._history import Location, PendingMcpCall, build_history
 from ._system import build_system_message, reasoning_effort
 from ._text import without_surrogates
-from ._tools import apply_tool_choice, parse_tools
+from ._tool_search import loaded_namespaces, loaded_tools_text, search_arguments, search_deferred
+from ._tools import apply_tool_choice, parse_tools, tool_spec
 
-__all__ = ["RenderedPrompt", "render_request"]
+__all__ = ["RenderedPrompt", "answer_tool_search", "render_request"]
 
 # Rendered messages of this process's requests (render/_cache.py).
 MESSAGES = MessageCache()
@@ -126,3 +127,15 @@ def render_request(
         conversation=Conversation.from_messages([system, *rest]),
         pending_mcp_call=history.pending_mcp_call,
     )
+
+
+def answer_tool_search(tools: Any, arguments: str) -> tuple[str, list[dict[str, Any]]]:
+    """The server's answer to a ``tool_search`` call: ``(what the model reads, the tools it loaded)``.
+
+    ``tools``: the request's tools (their ``defer_loading`` ones are searched); ``arguments``: the call's
+    JSON as the model wrote it. The text is the one a ``tool_search_output`` listing these tools renders to.
+    """
+    deferred = parse_tools(without_surrogates(tools), listed_mcp_tools={}).deferred
+    query, limit = search_arguments(arguments)
+    loaded = search_deferred(deferred, query, limit)
+    return loaded_tools_text(loaded_namespaces(loaded, "tools", tool_spec)), loaded

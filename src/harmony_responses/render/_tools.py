@@ -2,14 +2,16 @@
 
 Owns the mapping of Responses tool types onto Harmony namespaces:
 
-- ``function`` → the developer message's ``functions`` namespace (``defer_loading`` ones too: see below);
+- ``function`` → the developer message's ``functions`` namespace (``defer_loading`` ones: see below);
 - ``custom`` (freeform input, e.g. Codex's ``apply_patch``) → a function of the same namespace taking one
   string, ``{"input": string}``, its format (a lark or regex grammar) in the description: gpt-oss was
   trained on JSON function calls and writes them reliably, while a bare-text call is not a form it knows
   (OpenAI's own Codex gave gpt-oss ``apply_patch`` as such a JSON function). The translator unwraps the
   string again into the ``custom_tool_call``'s ``input`` (translate/_custom.py);
-- ``tool_search`` → nothing: the model gets every tool at once, ``defer_loading`` ones included, so it
-  never needs to search (the prompt is longer, but every tool is callable and nothing is hidden);
+- ``tool_search`` → a ``tool_search`` function in ``functions`` (``_tool_search``); with it, ``defer_loading``
+  functions, custom tools and namespace members are not declared up front but kept in ``ToolSet.deferred``,
+  to be loaded by a search. Without a ``tool_search`` tool nothing could load them, so they are declared
+  like the others;
 - ``namespace`` (Codex) → a developer namespace of its own, ``namespace N { ... }``, so the model calls
   ``to=N.f`` and the translator maps that back to ``function_call{name: f, namespace: N}``;
 - ``web_search`` / ``web_search_preview`` (and dated variants) → the system ``browser`` namespace;
@@ -28,8 +30,9 @@ from typing import Any
 from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
 from ._errors import RenderError
 from ._schema_ts import ToolSpec
+from ._tool_search import SEARCH_NAME, DeferredTool, ToolSearch, search_tool_spec
 
-__all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools"]
+__all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools", "tool_spec"]
 
 _SUPPORTED = "function, custom, namespace, tool_search, web_search, web_search_preview, code_interpreter and mcp"
 # Namespaces harmony and our system message already use; a developer namespace must not shadow them.
@@ -55,6 +58,8 @@ class ToolSet:
     browser: bool = False
     python: bool = False
     mcp: tuple[McpServer, ...] = ()
+    tool_search: ToolSearch | None = None
+    deferred: tuple[DeferredTool, ...] = ()  # defer_loading tools, loaded by a tool search
 
     @property
     def empty(self) -> bool:
@@ -170,6 +175,8 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
     namespaces: dict[str, tuple[str | None, tuple[ToolSpec, ...]]] = {}
     browser = python = False
     mcp: list[McpServer] = []
+    search = _tool_search(tools)
+    deferred: list[DeferredTool] = []
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(tool, dict):
@@ -177,16 +184,26 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
         kind = _require_str(tool.get("type"), f"{where}.type", "a string")
         if kind in ("function", "custom"):
             spec = _function_spec(tool, where) if kind == "function" else _custom_spec(tool, where)
-            if any(f.name == spec.name for f in functions):
+            if any(f.name == spec.name for f in functions) or any(
+                d.namespace is None and d.spec.name == spec.name for d in deferred
+            ):
                 raise RenderError(
                     f"Invalid '{where}.name': a function or custom tool named '{spec.name}' is already declared.",
                     param=f"{where}.name",
                 )
-            functions.append(spec)
+            if search is not None and spec.name == SEARCH_NAME:
+                raise RenderError(
+                    f"Invalid '{where}.name': '{SEARCH_NAME}' is the name of the tool_search tool declared in 'tools'.",
+                    param=f"{where}.name",
+                )
             if kind == "custom":
                 custom.add(spec.name)
+            if search is not None and _deferred(tool, where):
+                deferred.append(DeferredTool(spec=spec, raw=tool))
+            else:
+                functions.append(spec)
         elif kind == "tool_search":
-            pass  # every deferred tool is declared already (module docstring)
+            pass  # read before the loop (_tool_search); its function is declared after it
         elif kind == "namespace":
             name = _name(tool.get("name"), f"{where}.name")
             if name in _RESERVED_NAMESPACES or name in namespaces:
@@ -213,8 +230,15 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
                         "namespace by this server; use function tools.",
                         param=f"{inner}.type",
                     )
-                specs.append(_function_spec(member, inner))
+                member_spec = _function_spec(member, inner)
+                if search is not None and _deferred(member, inner):
+                    deferred.append(DeferredTool(spec=member_spec, raw=member, namespace=name))
+                else:
+                    specs.append(member_spec)
             description = _description(tool.get("description"), f"{where}.description") or None
+            deferred[:] = [
+                replace(d, namespace_description=description) if d.namespace == name else d for d in deferred
+            ]
             if specs:  # a namespace without functions offers the model nothing to call: not declared
                 namespaces[name] = (description, tuple(specs))
         elif is_web_search(kind):
@@ -257,6 +281,8 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
                 f"The MCP server_label '{server.label}' collides with a namespace tool of the same name.",
                 param="tools",
             )
+    if search is not None:
+        functions.append(search_tool_spec(search, tuple(deferred)))
     return ToolSet(
         functions=tuple(functions),
         custom=frozenset(custom),
@@ -264,7 +290,50 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
         browser=browser,
         python=python,
         mcp=tuple(mcp),
+        tool_search=search,
+        deferred=tuple(deferred),
     )
+
+
+def _tool_search(tools: list[Any]) -> ToolSearch | None:
+    """The request's ``tool_search`` tool (at most one), read first: whether ``defer_loading`` defers."""
+    found: ToolSearch | None = None
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "tool_search":
+            continue
+        where = f"tools[{i}]"
+        if found is not None:
+            raise RenderError(
+                f"Invalid value for '{where}.type': only one tool_search tool may be declared.", param=f"{where}.type"
+            )
+        execution = tool.get("execution") or "server"
+        if execution not in ("server", "client"):
+            raise RenderError(
+                f"Invalid value: '{execution}'. Supported values are: 'server' and 'client'.",
+                param=f"{where}.execution",
+            )
+        found = ToolSearch(
+            execution=execution,
+            description=_description(tool.get("description"), f"{where}.description") or None,
+            parameters=_parameters(tool.get("parameters"), f"{where}.parameters"),
+        )
+    return found
+
+
+def _deferred(tool: dict[str, Any], param: str) -> bool:
+    value = tool.get("defer_loading")
+    if value is not None and not isinstance(value, bool):
+        raise RenderError(
+            f"Invalid type for '{param}.defer_loading': expected a boolean.",
+            param=f"{param}.defer_loading",
+            code="invalid_type",
+        )
+    return value is True
+
+
+def tool_spec(tool: dict[str, Any], param: str) -> ToolSpec:
+    """The ToolSpec of one function or custom tool (a tool search loads them: ``_tool_search``)."""
+    return _custom_spec(tool, param) if tool.get("type") == "custom" else _function_spec(tool, param)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,6 +413,12 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
             if ns is None or not isinstance(ns_name, str):
                 raise missing
             namespaces[ns_name] = (ns[0], list(ns[1]))
+        elif kind == "tool_search":
+            spec = next((f for f in tools.functions if f.name == SEARCH_NAME), None)
+            if tools.tool_search is None or spec is None:
+                raise missing
+            if spec not in functions:
+                functions.append(spec)
         elif isinstance(kind, str) and is_web_search(kind):
             if not tools.browser:
                 raise missing
@@ -378,7 +453,18 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
         browser=browser,
         python=python,
         mcp=tuple(mcp.values()),
+        # The deferred tools stay loadable only while the search that loads them is allowed.
+        tool_search=tools.tool_search if any(f.name == SEARCH_NAME for f in functions) else None,
+        deferred=tools.deferred if any(f.name == SEARCH_NAME for f in functions) else (),
     )
+
+
+def _with_deferred(tools: ToolSet, name: Any) -> ToolSet:
+    """``tools`` with the deferred top-level function ``name`` declared: a call forced to it must see it."""
+    loaded = next((d for d in tools.deferred if d.namespace is None and d.spec.name == name), None)
+    if loaded is None:
+        return tools
+    return replace(tools, functions=(*tools.functions, loaded.spec))
 
 
 def apply_tool_choice(tools: ToolSet, tool_choice: Any) -> tuple[ToolSet, str]:
@@ -403,6 +489,7 @@ def apply_tool_choice(tools: ToolSet, tool_choice: Any) -> tuple[ToolSet, str]:
         name = tool_choice.get("name")
         namespace = tool_choice.get("namespace")
         if namespace is None:
+            tools = _with_deferred(tools, name)
             if not any(f.name == name for f in tools.functions):
                 raise RenderError(
                     f"Tool choice 'function' with name '{name}' is not among the declared function tools.",
@@ -420,6 +507,7 @@ def apply_tool_choice(tools: ToolSet, tool_choice: Any) -> tuple[ToolSet, str]:
         return tools, f"{_CHANNEL}commentary to={recipient} <|constrain|>json<|message|>"
     if kind == "custom":
         name = tool_choice.get("name")
+        tools = _with_deferred(tools, name)
         if name not in tools.custom:
             raise RenderError(
                 f"Tool choice 'custom' with name '{name}' is not among the declared custom tools.", param=param

@@ -332,6 +332,7 @@ def _check_metadata(body: Mapping[str, Any]) -> None:
 def _check_function(tool: Mapping[str, Any], param: str) -> str:
     name = _check_name(tool.get("name"), f"{param}.name")
     _opt_str(tool, "description", f"{param}.description")
+    _opt_bool(tool, "defer_loading", f"{param}.defer_loading")
     strict = _opt_bool(tool, "strict", f"{param}.strict")
     parameters = _opt_object(tool, "parameters", f"{param}.parameters")
     if parameters is not None:
@@ -418,6 +419,7 @@ def _check_custom(tool: Mapping[str, Any], param: str) -> str:
     """A custom (freeform) tool: ``name``, ``description``, ``format`` (``text``, or a ``grammar`` in lark or regex)."""
     name = _check_name(tool.get("name"), f"{param}.name")
     _opt_str(tool, "description", f"{param}.description")
+    _opt_bool(tool, "defer_loading", f"{param}.defer_loading")
     fmt = _opt_object(tool, "format", f"{param}.format")
     if fmt is None:
         return name

@@ -8,8 +8,9 @@ caused, one list per chunk, so that the transport writes a chunk's events in one
 whole: never split across writes).
 
 The tool loop (harmony.md §5.3). When an engine call ends in a built-in tool call (``pending_tool_call``:
-code interpreter, web search, MCP), the run finds the call's ``ToolSession`` by namespace, awaits it, hands
-the result to the translator (which ends the item), and calls the engine again with the next prompt:
+code interpreter, web search, MCP, a server-run tool search), the run finds the call's ``ToolSession`` by
+namespace, awaits it, hands the result to the translator (which ends the item), and calls the engine again
+with the next prompt:
 the previous prompt + this call's raw generated ids up to and including ``<|call|>`` (raw, so that the
 engine's prefix cache hits; no ``<|end|>`` after ``<|call|>``) + the tool message ``<|start|>{author}
 to=assistant<|channel|>{channel of the call}<|message|>{result}<|end|>`` + ``<|start|>assistant``. It goes
@@ -208,7 +209,13 @@ class ResponseRun:
                 break
             await self._settle_call()
             result = await self._run_tool(call)
-            t.send_tool_result(output=result.output, error=result.error, outputs=result.outputs, action=result.action)
+            t.send_tool_result(
+                output=result.output,
+                error=result.error,
+                outputs=result.outputs,
+                action=result.action,
+                tools=result.tools,
+            )
             events = t.events()
             if events:
                 yield self._finish(events)
@@ -321,7 +328,7 @@ class ResponseRun:
                 text=f"[ERROR] {message} Answer now with what you have, without calling any more tools.",
                 error=message,
             )
-        namespace = "python" if call.kind is ItemKind.CODE_INTERPRETER else call.namespace or ""
+        namespace = _session_namespace(call)
         session = self._tools.get(namespace)
         if session is None:
             message = f"The tool {author} is not available on this server."
@@ -465,6 +472,15 @@ class ResponseRun:
             {**flat, "error": error},
             {"type": "response.failed", "sequence_number": seq + 1, "response": response},
         ]
+
+
+def _session_namespace(call: ToolCall) -> str:
+    """The ``ToolSessions`` key of the session that runs ``call``."""
+    if call.kind is ItemKind.CODE_INTERPRETER:
+        return "python"
+    if call.kind is ItemKind.TOOL_SEARCH_CALL:
+        return "tool_search"
+    return call.namespace or ""
 
 
 def _tool_author(call: ToolCall) -> str:

@@ -1,9 +1,9 @@
 """Starting a response: a ``ResponseRequest`` → its tool sessions, its prompt and its ``ResponseRun``.
 
 In order: the built-in tools' sessions (the code interpreter's container, the browser when the server has
-a search backend, the MCP servers' tool listings, which the prompt declares), the prompt rendered to fit
-the context window (``fit.py``; large requests off the event loop), and the translator that will turn the
-engine's tokens into this response's events, with the prompt's prefill already received.
+a search backend, the MCP servers' tool listings, which the prompt declares, a server-run tool search), the
+prompt rendered to fit the context window (``fit.py``; large requests off the event loop), and the translator
+that will turn the engine's tokens into this response's events, with the prompt's prefill already received.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
 from .fit import render_to_fit
 from .loop import ResponseRun
+from .tool_search import ToolSearchSession
 
 __all__ = ["Prompting", "build_run", "count_input_tokens", "render_prompt"]
 
@@ -175,6 +176,19 @@ async def count_input_tokens(
     return len(rendered.token_ids)
 
 
+def _loaded_tools(items: Any) -> list[dict[str, Any]]:
+    """The tools the conversation's ``tool_search_output`` items loaded: the model may call them."""
+    if not isinstance(items, list):
+        return []
+    return [
+        tool
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "tool_search_output" and isinstance(item.get("tools"), list)
+        for tool in item["tools"]
+        if isinstance(tool, dict)
+    ]
+
+
 async def build_run(
     request: ResponseRequest,
     *,
@@ -215,6 +229,9 @@ async def build_run(
     )
     for session in mcp.sessions:
         tool_sessions.add(session)
+    recipients = RecipientMap.from_tools(model_request.get("tools"), loaded=_loaded_tools(model_request.get("input")))
+    if recipients.tool_search == "server":
+        tool_sessions.add(ToolSearchSession(model_request.get("tools") or []))
     try:
         mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
     except McpRequestError as exc:
@@ -228,7 +245,7 @@ async def build_run(
         clock=lambda: int(time.time()),
         response=response_skeleton(id=response_id, created_at=created_at, model=options.model, **request.echo),
         recipients=dataclasses.replace(
-            RecipientMap.from_tools(model_request.get("tools")),
+            recipients,
             # The item's container_id is the real container's, also for {"type": "auto"}.
             container_id=code.container.id if code is not None else None,
         ),

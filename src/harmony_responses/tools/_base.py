@@ -28,12 +28,13 @@ class ToolResult:
     output: str | None = None  # mcp_call.output
     outputs: list[dict[str, Any]] | None = None  # code_interpreter_call.outputs, e.g. [{"type": "logs", "logs": "..."}]
     action: dict[str, Any] | None = None  # web_search_call action with real URLs
+    tools: list[dict[str, Any]] | None = None  # the tools a tool search loaded (tool_search_output.tools)
 
 
 class ToolSession(abc.ABC):
     """Server-side state of one built-in tool for one response (python container, browser pages, MCP connection)."""
 
-    namespace: str  # "python", "browser", or an MCP server label
+    namespace: str  # "python", "browser", an MCP server label, or "tool_search"
 
     @abc.abstractmethod
     async def call(self, call: ToolCall) -> ToolResult:

@@ -28,6 +28,7 @@ __all__ = [
     "delta_template",
     "summary_delta_template",
     "text_part",
+    "tool_search_arguments",
     "web_search_action",
 ]
 
@@ -72,6 +73,10 @@ SHAPES: dict[ItemKind, ItemShape] = {
     ItemKind.MCP_CALL: ItemShape(
         "mcp", True, None, "response.mcp_call.in_progress", "response.mcp_call_arguments.delta", False
     ),
+    # No events of their own in the API: added when the arguments are complete (they are a JSON object, not
+    # streamed text), done with the search (server) or at once (client).
+    ItemKind.TOOL_SEARCH_CALL: ItemShape("tsc", False, None, None, None, False),
+    ItemKind.CLIENT_TOOL_SEARCH_CALL: ItemShape("tsc", False, None, None, None, False),
 }
 
 
@@ -130,6 +135,15 @@ def added_item(
             "code": "",
             "container_id": container_id or new_id("cntr"),
             "outputs": None,
+        }
+    if kind.is_tool_search:
+        return {
+            "id": item_id,
+            "type": "tool_search_call",
+            "status": "in_progress",
+            "call_id": "call_" + item_id.removeprefix("tsc_"),
+            "execution": "server" if kind is ItemKind.TOOL_SEARCH_CALL else "client",
+            "arguments": {},
         }
     if kind is ItemKind.WEB_SEARCH:
         return {
@@ -229,6 +243,14 @@ def summary_delta_template(item_id: str, index: int) -> Event:
         "summary_index": 0,
         "delta": "",
     }
+
+
+def tool_search_arguments(text: str) -> Any:
+    """A tool search call's ``arguments`` (an object in the API): the model's JSON, or its text if not JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
 
 
 def web_search_action(target: Target | None, arguments: str | None) -> dict[str, Any]:

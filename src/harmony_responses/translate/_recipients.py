@@ -36,10 +36,20 @@ class ItemKind(enum.Enum):
     # A call to an MCP tool that needs the user's approval: not run; it ends the response (its arguments are
     # buffered and the item is added and done at once when the call is complete).
     MCP_APPROVAL_REQUEST = "mcp_approval_request"
+    # ``functions.tool_search`` (render/_tool_search.py). Run by the server (``execution: "server"``): a built-in
+    # call, added when its arguments are complete and done with its result, a ``tool_search_output`` after it.
+    TOOL_SEARCH_CALL = "tool_search_call"
+    # Answered by the client (``execution: "client"``): like a function call it ends the response; added and
+    # done at once when complete (the API has no argument deltas for it).
+    CLIENT_TOOL_SEARCH_CALL = "client_tool_search_call"
 
     @property
     def is_builtin_tool(self) -> bool:
-        return self in (ItemKind.CODE_INTERPRETER, ItemKind.WEB_SEARCH, ItemKind.MCP_CALL)
+        return self in (ItemKind.CODE_INTERPRETER, ItemKind.WEB_SEARCH, ItemKind.MCP_CALL, ItemKind.TOOL_SEARCH_CALL)
+
+    @property
+    def is_tool_search(self) -> bool:
+        return self in (ItemKind.TOOL_SEARCH_CALL, ItemKind.CLIENT_TOOL_SEARCH_CALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +127,17 @@ class RecipientMap:
     web_search: bool = False
     container_id: str | None = None
     mcp_approval: Mapping[str, ApprovalRule] | None = None  # server label -> its rule (absent: approval)
+    tool_search: str | None = None  # the tool_search tool's execution ("server", "client"), None: not declared
 
     @classmethod
-    def from_tools(cls, tools: Iterable[Mapping[str, Any]] | None) -> RecipientMap:
-        """Build the map from a Responses request's ``tools`` array (unknown types are ignored here)."""
+    def from_tools(
+        cls, tools: Iterable[Mapping[str, Any]] | None, loaded: Iterable[Mapping[str, Any]] = ()
+    ) -> RecipientMap:
+        """Build the map from a Responses request's ``tools`` array (unknown types are ignored here).
+
+        ``loaded``: the tools of the conversation's ``tool_search_output`` items, callable like declared ones.
+        """
+        tool_search: str | None = None
         functions: set[str] = set()
         custom: set[str] = set()
         namespaces: dict[str, frozenset[str]] = {}
@@ -128,15 +145,17 @@ class RecipientMap:
         approval: dict[str, ApprovalRule] = {}
         code_interpreter = web_search = False
         container_id: str | None = None
-        for tool in tools or ():
+        for tool in [*(tools or ()), *loaded]:
             kind = tool.get("type")
-            if kind == "function" and isinstance(tool.get("name"), str):
+            if kind == "tool_search":
+                tool_search = "client" if tool.get("execution") == "client" else "server"
+            elif kind == "function" and isinstance(tool.get("name"), str):
                 functions.add(tool["name"])
             elif kind == "custom" and isinstance(tool.get("name"), str):
                 custom.add(tool["name"])
             elif kind == "namespace" and isinstance(tool.get("name"), str):
                 names = {t["name"] for t in tool.get("tools") or () if isinstance(t, Mapping) and "name" in t}
-                namespaces[tool["name"]] = frozenset(names)
+                namespaces[tool["name"]] = namespaces.get(tool["name"], frozenset()) | names
             elif kind == "mcp" and isinstance(tool.get("server_label"), str):
                 mcp.add(tool["server_label"])
                 # ``_mcp_tools``: the server's listed tools, put there by the api, whose annotations resolve read_only.
@@ -159,6 +178,7 @@ class RecipientMap:
             web_search=web_search,
             container_id=container_id,
             mcp_approval=approval or None,
+            tool_search=tool_search,
         )
 
     def is_tool_name(self, word: str) -> bool:
@@ -175,6 +195,10 @@ class RecipientMap:
         return head in (self.namespaces or {}) or head in self.mcp_servers
 
     def resolve(self, recipient: str) -> Target:
+        if self.tool_search is not None and recipient in ("functions.tool_search", "tool_search"):
+            if self.tool_search == "client":
+                return Target(ItemKind.CLIENT_TOOL_SEARCH_CALL, "tool_search")
+            return Target(ItemKind.TOOL_SEARCH_CALL, "tool_search", "functions")
         if recipient.startswith("functions."):
             name = recipient[len("functions.") :]
             if name in self.functions:

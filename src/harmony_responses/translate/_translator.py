@@ -29,7 +29,15 @@ from ._custom import InputUnwrapper
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._header import CHANNEL, CONSTRAIN, normalise_channel, parse_header
-from ._items import SHAPES, added_item, delta_template, summary_delta_template, text_part, web_search_action
+from ._items import (
+    SHAPES,
+    added_item,
+    delta_template,
+    summary_delta_template,
+    text_part,
+    tool_search_arguments,
+    web_search_action,
+)
 from ._items import Item as _Item
 from ._recipients import ItemKind, RecipientMap, Target
 from ._response import response_skeleton, usage_object
@@ -224,6 +232,7 @@ class Translator:
         error: str | dict[str, Any] | None = None,
         outputs: list[dict[str, Any]] | None = None,
         action: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> None:
         """Report the pending built-in call's result; its remaining events follow, then state READY.
 
@@ -232,6 +241,7 @@ class Translator:
             error: the failure (a string, or an MCP error object); the item ends ``failed``.
             outputs: ``code_interpreter_call.outputs`` (``[{"type": "logs", "logs": …}]``), when included.
             action: the ``web_search_call`` action with real URLs, replacing the one read from arguments.
+            tools: the tools a tool search loaded: a ``tool_search_output`` item lists them after the call.
         """
         # Process what is buffered first: the call may not have been read yet.
         self._process_pending()
@@ -241,6 +251,15 @@ class Translator:
         status = "failed" if error is not None else "completed"
         done = dict(item.added, status=status)
         arguments = "".join(item.parts)
+        if item.kind is ItemKind.TOOL_SEARCH_CALL:
+            # The type has no failed status: a call that did not run (max_tool_calls) is incomplete.
+            done["status"] = "completed" if error is None else "incomplete"
+            self._done_item(item, done)
+            if error is None:
+                self._add_tool_search_output(done["call_id"], tools or [])
+            self._tool_call = None
+            self.state = State.READY
+            return
         if item.kind is ItemKind.CODE_INTERPRETER:
             done["code"] = arguments
             done["outputs"] = outputs
@@ -290,6 +309,22 @@ class Translator:
         self._emit({"type": "response.output_item.done", "output_index": index, "item": done})
         self._output.append(done)
         return done
+
+    def _add_tool_search_output(self, call_id: str, tools: list[dict[str, Any]]) -> None:
+        """The whole ``tool_search_output`` item of a search the server ran: the tools it loaded."""
+        index = len(self._output)
+        added = {
+            "id": self._new_id("tso"),
+            "type": "tool_search_output",
+            "status": "in_progress",
+            "call_id": call_id,
+            "execution": "server",
+            "tools": [],
+        }
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        done = dict(added, status="completed", tools=tools)
+        self._emit({"type": "response.output_item.done", "output_index": index, "item": done})
+        self._output.append(done)
 
     def start_mcp_call(
         self,
@@ -800,6 +835,9 @@ class Translator:
         if kind is ItemKind.MCP_APPROVAL_REQUEST:
             self._finish_approval_request(item, text, status)
             return
+        if kind.is_tool_search:
+            self._finish_tool_search(item, text, status)
+            return
         done = dict(item.added, status=status)
         if kind is ItemKind.MESSAGE:
             logprobs = item.logprobs if item.logprobs is not None else []
@@ -878,6 +916,25 @@ class Translator:
         self._emit({"type": "response.output_item.done", "output_index": item.index, "item": dict(request)})
         self._output.append(request)
 
+    def _finish_tool_search(self, item: _Item, text: str, status: str) -> None:
+        """End a tool search call that is not waiting for the server's search.
+
+        A client's call is announced whole when complete (added, then done); one cut short was never shown
+        and is dropped, like an approval request (the client could act on arguments the model never finished).
+        A server call cut short after it was announced ends ``incomplete``.
+        """
+        if not item.call_made:
+            self._item = None
+            if status != "completed":
+                return
+            self._announce_tool_search(item, text)
+        self._done_item(item, dict(item.added, status=status))
+
+    def _announce_tool_search(self, item: _Item, text: str) -> None:
+        item.call_made = True
+        item.added["arguments"] = tool_search_arguments(text)
+        self._emit({"type": "response.output_item.added", "output_index": item.index, "item": dict(item.added)})
+
     def _send_call_events(self, item: _Item, text: str) -> None:
         """The events that mark a built-in call as made: its code/arguments are complete."""
         if item.call_made:
@@ -906,6 +963,8 @@ class Translator:
         """A built-in tool call is complete: announce it and wait for the caller to run it."""
         self.output_tokens_at_call = self.output_tokens
         text = self._finish_text(item)
+        if item.kind is ItemKind.TOOL_SEARCH_CALL and not item.call_made:
+            self._announce_tool_search(item, text)
         self._send_call_events(item, text)
         if item.kind is ItemKind.CODE_INTERPRETER:
             self._emit_item_event("response.code_interpreter_call.interpreting", item)
