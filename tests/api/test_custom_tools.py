@@ -1,6 +1,6 @@
-"""Custom (freeform) tools and ``tool_search`` through the openai SDK against the real server: a call is a
+"""Custom (freeform) tools through the openai SDK against the real server: a call is a
 ``custom_tool_call`` in every mode (streamed, not, stored, background, WebSocket), ``tool_choice`` forces one,
-its output goes back into the prompt, and Codex's ``tool_search`` with deferred tools is accepted."""
+its output goes back into the prompt (``tool_search`` and deferred tools: test_tool_search.py)."""
 
 from __future__ import annotations
 
@@ -145,23 +145,3 @@ def test_bad_custom_tools_are_400(serve: Serve) -> None:
     with pytest.raises(openai.BadRequestError) as syntax:
         client.responses.create(model=MODEL, input="x", tools=[bad_format])  # type: ignore[list-item]
     assert syntax.value.body["param"] == "tools[0].format.syntax"  # type: ignore[index]
-
-
-def test_tool_search_and_deferred_tools_are_accepted(serve: Serve) -> None:
-    scripted = Scripted(
-        '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>'
-    )
-    client = openai_client(serve(scripted.engine))
-    search = {
-        "type": "tool_search",
-        "execution": "client",
-        "description": "Find tools.",
-        "parameters": {"type": "object"},
-    }
-    tools = [search, dict(WEATHER_TOOL, defer_loading=True)]
-    with client.responses.stream(model=MODEL, input="Weather in Oslo?", tools=tools) as stream:  # type: ignore[arg-type]
-        final = stream.get_final_response()
-    # The deferred function was declared and called; the request's tools are echoed as sent.
-    assert "type get_weather" in scripted.prompts[-1]
-    assert final.output[-1].type == "function_call" and final.output[-1].name == "get_weather"
-    assert [t.type for t in final.tools] == ["tool_search", "function"]

@@ -120,7 +120,7 @@ def test_is_tool_name(tools: list[dict], word: str, is_tool: bool) -> None:
 
 
 def test_item_kinds() -> None:
-    assert {kind for kind in ItemKind if kind.is_builtin_tool} == {CI, WS, MCP}
+    assert {kind for kind in ItemKind if kind.is_builtin_tool} == {CI, WS, MCP, ItemKind.TOOL_SEARCH_CALL}
     assert {kind.value for kind in ItemKind} == {
         "reasoning",
         "message",
@@ -130,4 +130,21 @@ def test_item_kinds() -> None:
         "web_search_call",
         "mcp_call",
         "mcp_approval_request",
+        "tool_search_call",
+        "client_tool_search_call",
     }
+
+
+@pytest.mark.parametrize(
+    ("execution", "kind"), [("server", ItemKind.TOOL_SEARCH_CALL), ("client", ItemKind.CLIENT_TOOL_SEARCH_CALL)]
+)
+def test_the_search_resolves_only_when_declared(execution: str, kind: ItemKind) -> None:
+    recipients = RecipientMap.from_tools([{"type": "tool_search", "execution": execution}])
+    assert recipients.resolve("functions.tool_search").kind is kind
+    assert RecipientMap.from_tools([]).resolve("functions.tool_search") == Target(ItemKind.FUNCTION_CALL, "tool_search")
+
+
+def test_loaded_tools_are_callable_like_declared_ones() -> None:
+    loaded = [{"type": "namespace", "name": "mcp__x__", "tools": [{"type": "function", "name": "read"}]}]
+    recipients = RecipientMap.from_tools([{"type": "tool_search", "execution": "client"}], loaded=loaded)
+    assert recipients.resolve("mcp__x__.read") == Target(ItemKind.FUNCTION_CALL, "read", "mcp__x__")
