@@ -196,6 +196,9 @@ def test_a_client_answers_the_search_and_the_model_calls_what_it_loaded(serve: S
     message = _tool_message(scripted.prompts[-1])
     declared = "## mcp__files__\n\n// Files on disk.\nnamespace mcp__files__ {\n\n// Read a file.\ntype read_file"
     assert declared in message
+    # Stored with an id of its kind, as the input items list it.
+    [listed] = client.responses.input_items.list(second.id).data
+    assert listed.type == "tool_search_output" and listed.id.startswith("tso_")
     # The loaded namespace's function is called as the namespace's, like a declared one.
     [read] = second.output
     assert (read.type, read.name, read.namespace, read.arguments) == (

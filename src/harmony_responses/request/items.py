@@ -29,6 +29,8 @@ ID_PREFIXES = {
     "mcp_call": "mcp",
     "web_search_call": "ws",
     "code_interpreter_call": "ci",
+    "tool_search_call": "tsc",
+    "tool_search_output": "tso",
 }
 # Item types whose listing shape has a status (``completed`` unless the client said otherwise).
 _WITH_STATUS = frozenset({"message", "function_call", "function_call_output"})
