@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,3 +301,52 @@ def test_codex_edits_a_file_with_the_custom_apply_patch_tool(
     else:
         log = _server_log(tmp_path)
         assert "POST /v1/responses" not in log and '"WebSocket /v1/responses" [accepted]' in log, log
+
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "tools" / "mcp_server.py"
+MCP_CONFIG = f"""
+[mcp_servers.testtools]
+command = "{sys.executable}"
+args = ["{MCP_SERVER}", "stdio"]
+required = true
+"""
+
+
+def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
+    serve, replay_script, recording_proxy, run_codex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a catalog entry saying the model supports tool search, Codex defers its MCP servers' tools: it sends
+    # a client-executed `tool_search` instead of them, runs the search itself (BM25) when the model calls it,
+    # and sends the loaded namespace back in a `tool_search_output` item.
+    catalog = json.loads(json.dumps(MODEL_CATALOG))
+    catalog["models"][0]["supports_search_tool"] = True
+    monkeypatch.setitem(globals(), "MODEL_CATALOG", catalog)
+    calls = [
+        {"harmony": "<|channel|>analysis<|message|>Is there a weather tool?<|end|><|start|>assistant"
+         '<|channel|>commentary to=functions.tool_search <|constrain|>json<|message|>{"query": "weather"}<|call|>',
+         "chunk": 3},
+        {"harmony": "<|channel|>commentary to=mcp__testtools.weather <|constrain|>json"
+         '<|message|>{"city": "Oslo"}<|call|>', "chunk": 3},
+        {"harmony": "<|channel|>final<|message|>It is sunny in Oslo.<|return|>", "chunk": 2},
+    ]  # fmt: skip
+    proxy: RecordingProxy = recording_proxy(serve(replay_script(calls)))
+
+    run = run_codex(proxy.base_url, "What is the weather in Oslo?", CATALOG_LINE + CONFIG_TOML + MCP_CONFIG)
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "It is sunny in Oslo.", run
+    first, second, third = proxy.bodies()
+    [search] = [tool for tool in first["tools"] if tool["type"] == "tool_search"]
+    assert search["execution"] == "client" and "weather" not in json.dumps(first["tools"]), first["tools"]
+    # Codex answered the search itself, with the tool_search_call we streamed and the namespace it loaded.
+    new_items = {item["type"]: item for item in second["input"][len(first["input"]) :]}
+    call, output = new_items["tool_search_call"], new_items["tool_search_output"]
+    assert (call["type"], call["execution"], call["arguments"]) == ("tool_search_call", "client", {"query": "weather"})
+    assert output["type"] == "tool_search_output" and output["call_id"] == call["call_id"]
+    [namespace] = output["tools"]
+    assert namespace["name"] == "mcp__testtools" and "weather" in [t["name"] for t in namespace["tools"]]
+    # The model's call to the loaded tool reached Codex as that namespace's function, and Codex ran it.
+    by_type = {item["type"]: item for item in third["input"][len(second["input"]) :]}
+    function_call = by_type["function_call"]
+    assert (function_call["namespace"], function_call["name"]) == ("mcp__testtools", "weather"), function_call
+    assert "Sunny in Oslo" in json.dumps(by_type["function_call_output"]["output"], ensure_ascii=False)
