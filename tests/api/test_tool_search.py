@@ -290,3 +290,17 @@ def test_bad_tool_search_input_is_400(serve: Serve, case: str, body: dict[str, A
     # The SDK raises its 400 error for it, as for any invalid request.
     with pytest.raises(openai.BadRequestError):
         openai_client(live).responses.create(model=MODEL, **json.loads(json.dumps(body)))
+
+
+def test_a_search_over_websocket_and_past_max_tool_calls(serve: Serve) -> None:
+    client = openai_client(serve(Scripted(SEARCH, CALL_WEATHER).engine))
+    with client.responses.connect() as connection:
+        # max_tool_calls limits the tools that run something; a search only declares tools, so it runs.
+        connection.response.create(model=MODEL, input="Weather?", tools=SERVER_TOOLS, max_tool_calls=0)  # type: ignore[arg-type]
+        events = [json.loads(connection.recv_bytes())]
+        while events[-1]["type"] != "response.completed":
+            events.append(json.loads(connection.recv_bytes()))
+    check_stream(events)
+    output = events[-1]["response"]["output"]
+    assert [i["type"] for i in output] == ["tool_search_call", "tool_search_output", "function_call"]
+    assert output[1]["tools"][0]["name"] == "get_weather"

@@ -23,7 +23,9 @@ on until a final answer, a client function call, or a limit:
   ends ``failed`` and the model is told to answer without tools (the API says further calls are
   "ignored"; telling the model is what lets it still answer). A second call past it ends the response
   there (``completed``, the refused call its last item): the model is not following the instruction, and
-  generating on would spend the client's budget on calls that cannot run.
+  generating on would spend the client's budget on calls that cannot run. A server-run tool search is not
+  counted and always runs: it runs nothing of the client's, only declares tools, and a refused one would
+  leave a ``tool_search_call`` the API gives no failed status, with no ``tool_search_output`` to resend.
 - A tool that raises becomes an error result (the item ends ``failed``, the model reads the error); an
   engine error or a length cut in a later engine call ends the response as in the first.
 - A client disconnect cancels whatever is running (engine call or tool); the sessions are closed when the
@@ -321,7 +323,8 @@ class ResponseRun:
         """Run one built-in call; every failure becomes an error result (the model reads it)."""
         author = _tool_author(call)
         limit = self._max_tool_calls
-        if limit is not None and self.tool_calls >= limit:
+        searching = call.kind is ItemKind.TOOL_SEARCH_CALL
+        if limit is not None and self.tool_calls >= limit and not searching:
             self._refused += 1
             message = f"This call was not run: max_tool_calls ({limit}) is reached for this response."
             return ToolResult(
@@ -333,7 +336,7 @@ class ResponseRun:
         if session is None:
             message = f"The tool {author} is not available on this server."
             return ToolResult(text=f"[ERROR] {message}", error=message)
-        self.tool_calls += 1
+        self.tool_calls += 0 if searching else 1
         started = time.monotonic()
         try:
             result = await session.call(call)
