@@ -6,8 +6,8 @@
 - this process's row in ``processes`` with a heartbeat every ``HEARTBEAT_INTERVAL`` seconds — its lease;
 - ``live``: the stored responses this process is producing (``live.LiveResponse``), so that retrieving,
   streaming and cancelling one of them here needs no database round trip;
-- a maintenance task that heartbeats, polls the cancel flags of its background responses (a cancel may
-  arrive through another process), ends the responses of processes that died (``recovery.py``), and
+- a maintenance task that heartbeats, polls the cancel flags of its stored responses (a cancel or a delete
+  may arrive through another process), ends the responses of processes that died (``recovery.py``), and
   purges data older than ``--retention``.
 
 Requests use it twice: as the request's ``History`` (request/resolve.py: the stored items that
@@ -339,6 +339,14 @@ class StoredResponses:
         live = self.live_for(response_id, owner)
         if live is not None:
             await live.stop("cancel")  # deleting a running response stops it first
+        else:
+            row = await self.store.get_response(response_id, owner)
+            if row is None:
+                raise not_found("Response", response_id)
+            if row.status in ACTIVE_STATUSES:
+                # Another process runs it: stopped there first, or it would go on generating, and write its
+                # events and output items after the row is gone (still found by item_reference).
+                await self._stop_elsewhere(response_id, owner)
         if not await self.store.delete_response(response_id, owner):
             raise not_found("Response", response_id)
 
@@ -359,7 +367,12 @@ class StoredResponses:
             raise APIError("Cannot cancel a synchronous response.")
         if row.status not in ACTIVE_STATUSES:
             return orjson.loads(row.response)
-        # Another process runs it: raise the flag it polls, and wait for the end to be written.
+        row = await self._stop_elsewhere(response_id, owner)
+        return orjson.loads(row.response)
+
+    async def _stop_elsewhere(self, response_id: str, owner: str) -> StoredResponse:
+        """Stop a response another process runs: raise the flag it polls, and wait (up to ``CANCEL_WAIT``) for
+        its end to be written; a producer found dead meanwhile has the response ended here. Returns the row."""
         await self.store.request_cancel(response_id)
         deadline = time.monotonic() + CANCEL_WAIT
         checked = time.monotonic()
@@ -375,7 +388,7 @@ class StoredResponses:
                     if active.id == response_id and self._is_dead(active):
                         await self._end_orphan(active, status="cancelled")
             await asyncio.sleep(FOLLOW_POLL_INTERVAL)
-        return orjson.loads(row.response)
+        return row
 
     # ------------------------------------------------------------------ maintenance
 
@@ -388,9 +401,11 @@ class StoredResponses:
         failing = False
         while True:
             try:
-                background = [live.id for live in self.live.values() if live.background and live.stop_reason is None]
-                if background:
-                    for response_id in await self.store.cancel_requests(background):
+                # Every stored response running here: a cancel (background) or a delete (any) may come
+                # through another process, which raises the response's flag and waits for its end.
+                watched = [live.id for live in self.live.values() if live.persist and live.stop_reason is None]
+                if watched:
+                    for response_id in await self.store.cancel_requests(watched):
                         live = self.live.get(response_id)
                         if live is not None:
                             asyncio.get_running_loop().create_task(live.stop("cancel"))
@@ -418,7 +433,7 @@ class StoredResponses:
                 if failing:
                     logger.warning("store maintenance works again")
                 failing = False
-            timeout = CANCEL_POLL_INTERVAL if background else HEARTBEAT_INTERVAL / 4
+            timeout = CANCEL_POLL_INTERVAL if watched else HEARTBEAT_INTERVAL / 4
             if purge_every is not None:
                 timeout = min(timeout, purge_every)
             self._wake.clear()
