@@ -11,8 +11,10 @@ import asyncio
 import gc
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any, TextIO
 
 import uvicorn
@@ -24,9 +26,10 @@ from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
 from .app import create_app, web_search_from_config
 from .config import DEFAULT_MODELS, Config
+from .config_file import apply_config_file
 from .options import BY_NAME, ENV_PREFIX, OPTIONS, env_list
 
-__all__ = ["add_serve_arguments", "banner", "config_from_args", "serve"]
+__all__ = ["add_serve_arguments", "banner", "config_from_args", "configure_logging", "run_server", "serve"]
 
 # Young-generation collection threshold of a serving process (see _tune_gc).
 GC_THRESHOLD = 50_000
@@ -42,9 +45,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    """The parsed options (and the ``--config`` file under them) → a ``Config``; ValueError for a bad one."""
+    apply_config_file(args)
     return Config(
         host=args.host,
         port=args.port,
+        workers=args.workers,
         models=tuple(args.models or env_list(BY_NAME["models"]) or DEFAULT_MODELS),
         engine=args.engine,
         engine_url=args.engine_url,
@@ -96,7 +102,9 @@ def mcp_options_from_args(args: argparse.Namespace) -> McpOptions:
     )
 
 
-def banner(config: Config, engine_description: str, host: str, port: int, search: str | None = None) -> str:
+def banner(
+    config: Config, engine_description: str, host: str, port: int, search: str | None = None, *, workers: int = 1
+) -> str:
     shown_host = f"[{host}]" if ":" in host else host
     lines = [
         f"harmony-responses: listening on http://{shown_host}:{port}/v1",
@@ -107,6 +115,8 @@ def banner(config: Config, engine_description: str, host: str, port: int, search
     ]
     if search is not None:
         lines.append(f"  search: {search}")
+    if workers > 1:
+        lines.append(f"  workers: {workers} processes on this port")
     return "\n".join(lines)
 
 
@@ -122,12 +132,19 @@ class _Server(uvicorn.Server):
     """
 
     def __init__(
-        self, config: uvicorn.Config, on_listening: Callable[[str, int], None], *, grace: float, app_server: Any
+        self,
+        config: uvicorn.Config,
+        on_listening: Callable[[str, int], None],
+        *,
+        grace: float,
+        app_server: Any,
+        supervisor: Connection | None = None,
     ) -> None:
         super().__init__(config)
         self._on_listening = on_listening
         self._grace = grace
         self._app_server = app_server
+        self._supervisor = supervisor
 
     async def shutdown(self, sockets: Any = None) -> None:
         timer = asyncio.get_running_loop().call_later(self._grace, self._end_running)
@@ -147,11 +164,21 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             _tune_gc()
+            if self._supervisor is not None:
+                asyncio.get_running_loop().add_reader(self._supervisor.fileno(), self._supervisor_gone)
             for server in self.servers:
                 for sock in server.sockets:
                     host, port = sock.getsockname()[:2]
                     self._on_listening(host, port)
                     return
+
+    def _supervisor_gone(self) -> None:
+        # A worker whose parent died (SIGKILL: no signal was forwarded) shuts down as on SIGTERM rather than
+        # serving on, unsupervised, on a port nobody will restart it on.
+        assert self._supervisor is not None
+        asyncio.get_running_loop().remove_reader(self._supervisor.fileno())
+        logging.getLogger("harmony_responses.serve").warning("the parent process is gone: shutting down")
+        self.should_exit = True
 
 
 def _tune_gc() -> None:
@@ -179,14 +206,46 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     except (ValueError, AssertionError) as exc:
         print(f"harmony-responses serve: {exc}", file=sys.stderr)
         return 2
-    level = "DEBUG" if config.log_level == "trace" else config.log_level.upper()
-    logging.basicConfig(format="%(levelname)s:     %(name)s: %(message)s", level=level)
-    app = create_app(config, engine=engine, web_search=web_search)
+    configure_logging(config)
+    if config.workers > 1:
+        from .workers import run_workers
+
+        return run_workers(config, out=out)
 
     def on_listening(host: str, port: int) -> None:
         search = web_search.describe() if web_search is not None else None
         print(banner(config, engine.describe(), host, port, search), file=out, flush=True)
 
+    code, error = run_server(config, engine, web_search, on_listening=on_listening)
+    if error is not None:
+        print(f"harmony-responses serve: {error}", file=sys.stderr)
+    return code
+
+
+def configure_logging(config: Config) -> None:
+    level = "DEBUG" if config.log_level == "trace" else config.log_level.upper()
+    logging.basicConfig(format="%(levelname)s:     %(name)s: %(message)s", level=level)
+
+
+def run_server(
+    config: Config,
+    engine: Any,
+    web_search: Any,
+    *,
+    on_listening: Callable[[str, int], None],
+    sockets: list[socket.socket] | None = None,
+    supervisor: Connection | None = None,
+) -> tuple[int, str | None]:
+    """Serve ``config`` in this process until a signal (or ``supervisor``'s end of a pipe closing) stops it.
+
+    Args:
+        sockets: listening sockets to accept on (a worker's, bound by its parent); None binds ``config``'s.
+        supervisor: a worker's pipe to its parent, which never writes to it: readable means the parent is gone.
+
+    Returns:
+        The exit status and, when the server could not start, why (for the command line's last word).
+    """
+    app = create_app(config, engine=engine, web_search=web_search)
     server = _Server(
         uvicorn.Config(
             app,
@@ -205,14 +264,14 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         on_listening,
         grace=config.shutdown_grace,
         app_server=app.state.server,
+        supervisor=supervisor,
     )
     try:
-        server.run()
+        server.run(sockets=sockets)
     except SystemExit:
         # uvicorn exits (status 3) when the lifespan fails; a failed engine check gets its own last word.
         if app.state.server.startup_error is None:
             raise
     if app.state.server.startup_error is not None:
-        print(f"harmony-responses serve: the engine cannot serve: {app.state.server.startup_error}", file=sys.stderr)
-        return 1
-    return 0 if server.started else 1
+        return 1, f"the engine cannot serve: {app.state.server.startup_error}"
+    return (0 if server.started else 1), None

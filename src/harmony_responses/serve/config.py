@@ -18,6 +18,8 @@ class Config:
 
     Args:
         host, port: where ``serve`` listens (the app itself does not use them).
+        workers: how many server processes ``serve`` runs on that port (``serve/workers.py``); each builds
+            its own app from this configuration, and they share the store (and so the sealing key).
         models: model names the server answers to; the first is listed first by ``/v1/models``.
             A request for any other name gets 404 ``model_not_found``.
         engine: an engine spec (``echo``, ``replay:PATH``, ``vllm[:URL]``, ``sglang[:URL]``,
@@ -61,6 +63,7 @@ class Config:
 
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = 1
     models: tuple[str, ...] = DEFAULT_MODELS
     engine: str = "echo"
     engine_url: str | None = None
@@ -106,6 +109,7 @@ class Config:
         assert all(isinstance(m, str) and m for m in self.models), "model names must be non-empty strings"
         assert self.max_body_bytes > 0, "max_body_bytes must be positive"
         assert self.context_window > 0, "context_window must be positive"
+        assert self.workers > 0, "workers must be positive"
 
     @property
     def default_model(self) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "OPTIONS",
     "Option",
     "env_value",
+    "given_on_command_line",
     "markdown_table",
 ]
 
@@ -111,6 +112,11 @@ class Option:
     def env_name(self) -> str | None:
         return ENV_PREFIX + self.flag.removeprefix("--").replace("-", "_").upper() if self.env else None
 
+    @property
+    def key(self) -> str:
+        """Its key in a config file: the flag as written, without ``--`` (``engine-url``)."""
+        return self.flag.removeprefix("--")
+
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Add this option to ``parser``, its default taken from the environment when set there."""
         help_text = self.help
@@ -118,17 +124,62 @@ class Option:
             help_text += f" (env {self.env_name}{', comma-separated' if self.repeatable else ''})"
         kwargs: dict[str, Any] = {"dest": self.name, "help": help_text}
         if self.switch:
-            kwargs.update(action="store_true", default=env_value(self) in ("1", "true", "yes"))
+            kwargs.update(action=_GivenTrue, default=env_value(self) in ("1", "true", "yes"))
         elif self.repeatable:
             # The variable is read later (``env_list``): argparse would append flags to a list default.
-            kwargs.update(action="append", metavar=self.metavar)
+            kwargs.update(action=_GivenAppend, metavar=self.metavar)
         else:
-            kwargs.update(default=env_value(self) or self.default, metavar=self.metavar)
+            kwargs.update(action=_Given, default=env_value(self) or self.default, metavar=self.metavar)
             if self.type is not None:
                 kwargs["type"] = self.type
             if self.choices is not None:
                 kwargs["choices"] = self.choices
         parser.add_argument(self.flag, **kwargs)
+
+
+# The options given on the command line (their ``dest``), kept in the parsed namespace under this name: a
+# config file (``config_file.py``) fills in only the others, whose value is still the environment's or the
+# default (which argparse alone cannot tell apart from a flag).
+GIVEN = "_given_on_command_line"
+
+
+def given_on_command_line(namespace: argparse.Namespace) -> frozenset[str]:
+    return frozenset(getattr(namespace, GIVEN, ()))
+
+
+def _mark_given(namespace: argparse.Namespace, dest: str) -> None:
+    given = getattr(namespace, GIVEN, None)
+    if given is None:
+        given = set()
+        setattr(namespace, GIVEN, given)
+    given.add(dest)
+
+
+class _Given(argparse.Action):
+    """``store``, remembering that the flag was given."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        _mark_given(namespace, self.dest)
+
+
+class _GivenTrue(argparse.Action):
+    """``store_true``, remembering that the flag was given."""
+
+    def __init__(self, option_strings: Any, dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, True)
+        _mark_given(namespace, self.dest)
+
+
+class _GivenAppend(argparse.Action):
+    """``append``, remembering that the flag was given."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or ()), values])
+        _mark_given(namespace, self.dest)
 
 
 def env_value(option: Option) -> str | None:
@@ -147,8 +198,22 @@ def env_list(option: Option) -> list[str] | None:
 _ENGINE_DEFAULTS = EngineOptions()
 
 OPTIONS: tuple[Option, ...] = (
+    Option(
+        flag="--config",
+        metavar="PATH",
+        help="a TOML file of these options, each under its flag's name without '--' (engine-url = \"...\"; "
+        "repeatable ones as arrays, switches as true/false); the command line and the environment win over it",
+    ),
     Option(flag="--host", default="127.0.0.1", help="address to listen on"),
     Option(flag="--port", type=_port, default="8000", help="port (0: any free one)"),
+    Option(
+        flag="--workers",
+        type=_positive_int,
+        default="1",
+        metavar="N",
+        help="server processes sharing the port, the store and the sealing key (a background response can be "
+        "retrieved, resumed, cancelled and deleted through any of them); one that dies is restarted",
+    ),
     Option(
         flag="--model",
         dest="models",

@@ -1,0 +1,302 @@
+"""``serve --workers N``: a parent that binds the port once and supervises N server processes accepting on it.
+
+Why not uvicorn's own ``workers=``: it builds the app from an import string in each process, while ``serve``
+builds it from a ``Config`` (``create_app``) and runs it on its own ``_Server`` (the shutdown grace) and
+protocols. Here each worker is a ``multiprocessing`` *spawn* child (a fresh interpreter: no event loop,
+thread or open store inherited) handed the parent's listening socket and the ``Config`` through a pipe (not
+the command line: the configuration may hold API keys); it builds its own engine, store connection and app,
+and runs ``cli.run_server`` on the socket. The kernel hands each new connection to one of them.
+
+What the workers share is the store: each registers as a process there, so a background response produced
+by one is retrieved, resumed (its event log), cancelled (a flag its producer polls) and deleted through any
+other (``run/stored.py``), and the sealing key comes from the store's secrets.
+
+The parent:
+
+- prints the banner once, when every worker is listening (the engine's description is the first worker's:
+  a started engine may say more than a built one);
+- exits with the worker's status and message when one cannot start (the engine check fails: as one process
+  does), after stopping the others;
+- forwards SIGTERM and SIGINT to every worker (workers run in their own process group, so a terminal's
+  Ctrl-C reaches the parent only and is not delivered twice) and waits for each: the shutdown grace applies
+  in each;
+- restarts a worker that exits unexpectedly, after a backoff that grows while it keeps failing;
+- with N > 1, points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder (unless set) so that metrics add up
+  across workers.
+
+A worker watches its pipe to the parent: when the parent dies without forwarding anything (SIGKILL), the
+pipe closes and the worker shuts down as on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, TextIO
+
+from .config import Config
+
+__all__ = ["run_workers"]
+
+logger = logging.getLogger("harmony_responses.serve")
+
+METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+BACKLOG = 2048
+# Restart backoff: the first restart after RESTART_DELAY seconds, doubling while the worker keeps dying, up
+# to MAX_RESTART_DELAY; a worker that ran for STABLE_AFTER seconds starts the count again.
+RESTART_DELAY = 0.5
+MAX_RESTART_DELAY = 30.0
+STABLE_AFTER = 30.0
+# How long after the shutdown grace (and uvicorn's backstop) a worker may still take before it is killed.
+KILL_AFTER = 10.0
+
+
+@dataclass
+class _Worker:
+    slot: int
+    process: BaseProcess | None = None
+    pipe: Connection | None = None  # the parent's end; the worker writes "ready" or its error once
+    ready: bool = False
+    started_at: float = 0.0
+    failures: int = 0
+    restart_at: float | None = None
+    error: tuple[int, str] | None = None
+    descriptions: tuple[str, str | None] | None = field(default=None, repr=False)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound as uvicorn binds one (``Config.bind_socket``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(BACKLOG)  # connections queue from now on, while the workers start
+    return sock
+
+
+def run_workers(config: Config, *, out: TextIO) -> int:
+    """Run ``config.workers`` server processes on one port until a signal; their exit status when they cannot start."""
+    try:
+        sock = bind(config.host, config.port)
+    except OSError as exc:
+        print(f"harmony-responses serve: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+        return 1
+    created_metrics_dir = None
+    if not os.environ.get(METRICS_DIR_VARIABLE):
+        created_metrics_dir = tempfile.mkdtemp(prefix="harmony-responses-metrics-")
+        os.environ[METRICS_DIR_VARIABLE] = created_metrics_dir
+    try:
+        return _Supervisor(config, sock, out).run()
+    finally:
+        sock.close()
+        if created_metrics_dir is not None:
+            os.environ.pop(METRICS_DIR_VARIABLE, None)
+            shutil.rmtree(created_metrics_dir, ignore_errors=True)
+
+
+class _Supervisor:
+    def __init__(self, config: Config, sock: socket.socket, out: TextIO) -> None:
+        self.config = config
+        self.sock = sock
+        self.out = out
+        self.context = multiprocessing.get_context("spawn")
+        self.workers = [_Worker(slot) for slot in range(config.workers)]
+        self.signals: list[int] = []
+
+    def run(self) -> int:
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_read, False)
+        os.set_blocking(wake_write, False)
+        previous_wakeup = signal.set_wakeup_fd(wake_write)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._run(wake_read)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            signal.set_wakeup_fd(previous_wakeup)
+            os.close(wake_read)
+            os.close(wake_write)
+
+    def _on_signal(self, sig: int, frame: Any) -> None:
+        self.signals.append(sig)  # acted on in the loop, which the wakeup fd wakes
+
+    def _run(self, wake: int) -> int:
+        for worker in self.workers:
+            self._start(worker)
+        # Start-up: every worker listening, or the first failure ends them all.
+        while not all(worker.ready for worker in self.workers):
+            if self.signals:
+                self._shut_down(wake)
+                return 0
+            self._wait(wake, None)
+            for worker in self.workers:
+                if worker.process is not None and not worker.process.is_alive() and not worker.ready:
+                    code, message = self._exited(worker)
+                    self._shut_down(wake, first=signal.SIGTERM)
+                    print(f"harmony-responses serve: {message}", file=sys.stderr)
+                    return code or 1
+        engine_description, search = self.workers[0].descriptions or ("?", None)
+        from .cli import banner
+
+        host, port = self.sock.getsockname()[:2]
+        text = banner(self.config, engine_description, host, port, search, workers=len(self.workers))
+        print(text, file=self.out, flush=True)
+
+        # Serving: restart whatever dies, until a signal.
+        while not self.signals:
+            now = time.monotonic()
+            due = [w.restart_at for w in self.workers if w.restart_at is not None]
+            self._wait(wake, max(0.0, min(due) - now) if due else None)
+            now = time.monotonic()
+            for worker in self.workers:
+                process = worker.process
+                if process is not None and not process.is_alive() and not self.signals:
+                    self._schedule_restart(worker, now)
+                elif process is None and worker.restart_at is not None and now >= worker.restart_at:
+                    worker.restart_at = None
+                    self._start(worker)
+        self._shut_down(wake)
+        return 0
+
+    def _start(self, worker: _Worker) -> None:
+        parent_end, child_end = self.context.Pipe()
+        process = self.context.Process(
+            target=worker_main,
+            args=(self.config, self.sock, child_end),
+            name=f"harmony-responses-worker-{worker.slot}",
+        )
+        process.start()
+        child_end.close()
+        worker.process, worker.pipe = process, parent_end
+        worker.ready, worker.error, worker.started_at = False, None, time.monotonic()
+
+    def _wait(self, wake: int, timeout: float | None) -> None:
+        """Until a worker exits or reports, a signal arrives, or ``timeout``; reads what the workers reported."""
+        handles: list[Any] = [wake]
+        for worker in self.workers:
+            if worker.process is not None:
+                handles.append(worker.process.sentinel)
+                if worker.pipe is not None:
+                    handles.append(worker.pipe)
+        for handle in wait(handles, timeout):
+            if handle == wake:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 512)
+        for worker in self.workers:
+            self._read_reports(worker)
+
+    def _read_reports(self, worker: _Worker) -> None:
+        pipe = worker.pipe
+        if pipe is None:
+            return
+        try:
+            while pipe.poll():
+                report = pipe.recv()
+                if report[0] == "ready":
+                    worker.ready = True
+                    worker.descriptions = (report[1], report[2])
+                    if worker.failures:
+                        assert worker.process is not None
+                        logger.warning("worker %d restarted (pid %d)", worker.slot, worker.process.pid)
+                elif report[0] == "error":
+                    worker.error = (report[1], report[2])
+        except (EOFError, OSError):
+            worker.pipe = None  # the worker is gone: its sentinel says so too
+            pipe.close()
+
+    def _exited(self, worker: _Worker) -> tuple[int, str]:
+        """Reap a worker that exited: its status and what went wrong."""
+        assert worker.process is not None
+        self._read_reports(worker)
+        worker.process.join()
+        code = worker.process.exitcode or 0
+        pid = worker.process.pid or 0
+        worker.process.close()
+        worker.process = None
+        if worker.pipe is not None:
+            worker.pipe.close()
+            worker.pipe = None
+        _worker_exited(pid)
+        if worker.error is not None:
+            return worker.error
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+        return code, f"worker {worker.slot} (pid {pid}) exited with {how}"
+
+    def _schedule_restart(self, worker: _Worker, now: float) -> None:
+        was_ready, ran = worker.ready, now - worker.started_at
+        _, message = self._exited(worker)
+        if was_ready and ran >= STABLE_AFTER:
+            worker.failures = 0
+        worker.failures += 1
+        delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** (worker.failures - 1))
+        worker.restart_at = now + delay
+        logger.error("%s unexpectedly; restarting it in %.1f s", message, delay)
+
+    def _shut_down(self, wake: int, first: int | None = None) -> None:
+        """Send ``first`` (if given) and every signal received to every worker, and wait for each; a second
+        signal is forwarded too (uvicorn's second Ctrl-C stops waiting for connections), and a worker still
+        there well after its grace is killed."""
+        self.sock.close()  # as one process does at shutdown: new connections are refused, not queued
+        sent = 0
+        deadline = time.monotonic() + self.config.shutdown_grace + KILL_AFTER
+        while True:
+            queue = ([first] if first is not None else []) + self.signals
+            for sig in queue[sent:]:
+                for worker in self.workers:
+                    if worker.process is not None and worker.process.is_alive():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(worker.process.pid or 0, sig)
+            sent = len(queue)
+            for worker in self.workers:
+                if worker.process is not None and not worker.process.is_alive():
+                    self._exited(worker)
+            alive = [w for w in self.workers if w.process is not None]
+            if not alive:
+                return
+            if time.monotonic() > deadline:
+                for worker in alive:
+                    logger.error("worker %d did not stop within its shutdown grace: killed", worker.slot)
+                    worker.process.kill()  # type: ignore[union-attr]
+                deadline = float("inf")
+            self._wait(wake, 0.5)
+
+
+def worker_main(config: Config, sock: socket.socket, parent: Connection) -> None:
+    """A worker process: serve ``config`` on ``sock``; report ``ready`` (or why it cannot start) to the parent."""
+    os.setpgrp()  # its own process group: a terminal's Ctrl-C goes to the parent, which forwards it once
+    from ..engine import engine_from_spec
+    from .app import web_search_from_config
+    from .cli import configure_logging, run_server
+
+    configure_logging(config)
+    engine = engine_from_spec(config.engine, config.engine_options)  # the parent checked the configuration
+    web_search = web_search_from_config(config)
+
+    def on_listening(host: str, port: int) -> None:
+        parent.send(("ready", engine.describe(), web_search.describe() if web_search is not None else None))
+
+    code, error = run_server(config, engine, web_search, on_listening=on_listening, sockets=[sock], supervisor=parent)
+    if error is not None:
+        with contextlib.suppress(OSError):
+            parent.send(("error", code, error))
+    sys.exit(code)
+
+
+def _worker_exited(pid: int) -> None:
+    """A worker is gone: hook for what other parts keep per process (metrics)."""

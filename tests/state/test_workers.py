@@ -1,0 +1,261 @@
+"""``serve --workers N``: real worker processes on one port, sharing one store (SQLite and PostgreSQL).
+
+Which worker serves a connection is the kernel's choice, so the tests open a new connection per request
+and tell the workers apart by what they produce: each response belongs to the worker process that runs it
+(the store's ``processes`` row, its pid). With two responses produced by different workers, every request
+about them is served by a process that does not produce at least one of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.helpers import MODEL, sse_events, write_script
+from translate.invariants import check_stream
+
+WORDS = 400
+SLOW = {"harmony": "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>", "delay_ms": 15}
+BIN = Path(sys.executable).parent / "harmony-responses"
+
+
+class Workers:
+    """``harmony-responses serve --workers N`` started as a user would, until its banner."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, wait: bool = True) -> None:
+        command = [str(BIN), "serve", "--port", "0", "--model", MODEL, "--log-level", "warning", *args]
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("HARMONY_RESPONSES_")}
+        environment.update(env or {})
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+        )
+        self.banner: list[str] = []
+        self.base_url = ""
+        if wait:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                self.banner.append(line)
+                if line.startswith("  workers:"):
+                    break
+            assert self.banner and self.banner[0].startswith("harmony-responses: listening on "), self.banner
+            self.base_url = self.banner[0].split("listening on ")[1].strip().removesuffix("/v1")
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # A client per request: a new connection, which the kernel may hand to either worker.
+        with httpx.Client(base_url=self.base_url, timeout=30) as client:
+            return client.request(method, path, **kwargs)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            for stream in (self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def started() -> Iterator[list[Workers]]:
+    servers: list[Workers] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def worker_pids(parent: int) -> set[int]:
+    """The parent's worker processes (multiprocessing's resource tracker is a child too)."""
+    pids = set()
+    for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"spawn_main" in command:
+            pids.add(int(pid))
+    return pids
+
+
+def producer_pid(store: str, response_id: str) -> int | None:
+    """The pid of the process producing ``response_id``, from the store's rows (None once it has ended)."""
+    sql = "SELECT p.pid FROM responses r JOIN processes p ON p.id = r.process_id WHERE r.id = {}"
+    if store.startswith("sqlite:"):
+        with sqlite3.connect(store.removeprefix("sqlite:")) as conn:
+            row = conn.execute(sql.format("?"), (response_id,)).fetchone()
+        return row[0] if row else None
+
+    async def query() -> int | None:
+        import asyncpg
+
+        url, _, schema = store.partition("?search_path=")
+        conn = await asyncpg.connect(url, server_settings={"search_path": schema})
+        try:
+            return await conn.fetchval(sql.format("$1"), response_id)
+        finally:
+            await conn.close()
+
+    return asyncio.run(query())
+
+
+def background(server: Workers) -> str:
+    reply = server.request("POST", "/v1/responses", json={"model": MODEL, "input": "Hi", "background": True})
+    assert reply.status_code == 200, reply.text
+    return reply.json()["id"]
+
+
+def two_producers(server: Workers, store: str) -> dict[int, str]:
+    """Background responses created over new connections until two workers produce one each: pid → id."""
+    produced: dict[int, str] = {}
+    for _ in range(40):
+        response_id = background(server)
+        pid = producer_pid(store, response_id)
+        assert pid is not None
+        produced.setdefault(pid, response_id)
+        if len(produced) == 2:
+            return produced
+    raise AssertionError(f"every response was produced by one worker: {produced}")
+
+
+def test_two_workers_serve_one_port_and_one_store(store_spec: str, started: list[Workers], tmp_path: Path) -> None:
+    script = write_script(tmp_path / "slow.jsonl", [SLOW])
+    server = Workers("--workers", "2", "--store", store_spec, "--engine", script)
+    started.append(server)
+    assert "  workers: 2 processes on this port\n" in server.banner
+    workers = worker_pids(server.process.pid)
+    assert len(workers) == 2
+
+    produced = two_producers(server, store_spec)
+    assert set(produced) == workers
+    for response_id in produced.values():
+        # Resumed from the log through any worker, from where the client left off.
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            params = {"stream": "true", "starting_after": "5"}
+            with client.stream("GET", f"/v1/responses/{response_id}", params=params) as stream:
+                assert stream.status_code == 200
+                lines = stream.iter_lines()
+                first = [next(lines) for _ in range(8)]
+        data = [line for line in first if line.startswith("data: ")]
+        assert '"sequence_number":6' in data[0], data[0]
+        # Cancelled through a new connection: the producer (whichever it is) stops, mid-text.
+        cancelled = server.request("POST", f"/v1/responses/{response_id}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
+        for _ in range(4):  # several connections: both workers answer the same
+            retrieved = server.request("GET", f"/v1/responses/{response_id}").json()
+            assert retrieved["status"] == "cancelled"
+            text = retrieved["output"][-1]["content"][0]["text"]
+            assert 0 < len(text) < len("word " * WORDS)
+        log = sse_events(server.request("GET", f"/v1/responses/{response_id}", params={"stream": "true"}).content)
+        check_stream(log)
+        assert log[-1]["type"] == "response.incomplete" and log[-1]["response"]["status"] == "cancelled"
+        deltas = "".join(e["delta"] for e in log if e["type"] == "response.output_text.delta")
+        assert deltas == text
+        assert server.request("DELETE", f"/v1/responses/{response_id}").status_code == 200
+        for _ in range(4):
+            assert server.request("GET", f"/v1/responses/{response_id}").status_code == 404
+
+
+def test_deleting_a_response_another_worker_runs_stops_it(
+    store_spec: str, started: list[Workers], tmp_path: Path
+) -> None:
+    """DELETE of a running response stops its producer wherever it runs: its output is not kept afterwards."""
+    script = write_script(tmp_path / "slow.jsonl", [{**SLOW, "delay_ms": 5}])
+    server = Workers("--workers", "2", "--store", store_spec, "--engine", script)
+    started.append(server)
+    produced = two_producers(server, store_spec)
+    items: dict[str, str] = {}
+    for response_id in produced.values():
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            with client.stream("GET", f"/v1/responses/{response_id}", params={"stream": "true"}) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("data: ") and "response.output_item.added" in line:
+                        items[response_id] = line.split('"id":"')[1].split('"')[0]
+                        break
+        assert server.request("DELETE", f"/v1/responses/{response_id}").status_code == 200
+    time.sleep(WORDS * 0.005 + 1)  # as long as the responses would have taken to finish
+    for response_id, item_id in items.items():
+        assert server.request("GET", f"/v1/responses/{response_id}").status_code == 404
+        body = {"model": MODEL, "input": [{"type": "item_reference", "id": item_id}]}
+        for _ in range(4):
+            reply = server.request("POST", "/v1/responses", json=body)
+            assert reply.status_code in (400, 404), f"{item_id} of a deleted response is still there: {reply.text}"
+
+
+def test_sigterm_ends_every_worker_within_the_grace(started: list[Workers], tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    script = write_script(tmp_path / "slow.jsonl", [{**SLOW, "delay_ms": 50}])
+    server = Workers("--workers", "2", "--store", store, "--engine", script, "--shutdown-grace", "2")
+    started.append(server)
+    workers = worker_pids(server.process.pid)
+    produced = two_producers(server, store)
+    streamed: list[str] = []
+
+    def stream() -> None:
+        body = {"model": MODEL, "input": "fg", "stream": True}
+        with httpx.stream("POST", f"{server.base_url}/v1/responses", json=body, timeout=60) as r:
+            streamed.extend(line[7:] for line in r.iter_lines() if line.startswith("event: "))
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    time.sleep(1)
+    began = time.monotonic()
+    code = server.stop(signal.SIGTERM, timeout=30)
+    took = time.monotonic() - began
+    reader.join(10)
+    assert code == 0 and took < 2 + 8, (code, took)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    assert streamed and streamed[-1] == "response.failed"
+    # Both workers' background responses were ended, with the reason, before they exited.
+    with sqlite3.connect(store.removeprefix("sqlite:")) as conn:
+        statuses = dict(conn.execute("SELECT id, status FROM responses").fetchall())
+    assert {statuses[response_id] for response_id in produced.values()} == {"failed"}
+
+
+def test_a_killed_worker_is_restarted(started: list[Workers], tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    script = write_script(tmp_path / "slow.jsonl", [SLOW])
+    server = Workers("--workers", "2", "--store", store, "--engine", script)
+    started.append(server)
+    before = worker_pids(server.process.pid)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    assert server.process.stderr is not None
+    log = []
+    for line in server.process.stderr:  # the parent says so, then says when the new worker listens
+        log.append(line)
+        if line.startswith("WARNING:") and "restarted (pid" in line:
+            break
+    assert f"(pid {victim}) exited with signal SIGKILL unexpectedly; restarting it in" in "".join(log), log
+    now = worker_pids(server.process.pid)
+    assert len(now) == 2 and victim not in now
+    # The new worker serves: responses come from both workers again, the new one among them.
+    assert set(two_producers(server, store)) == now
+    assert server.stop() == 0
+
+
+def test_workers_that_cannot_start_exit_as_one_process_does(tmp_path: Path) -> None:
+    args = ["--store", f"sqlite:{tmp_path / 's.sqlite3'}", "--engine", "vllm:http://127.0.0.1:9"]
+    one = Workers(*args, wait=False)
+    one_out, one_err = one.process.communicate(timeout=60)
+    two = Workers("--workers", "2", *args, wait=False)
+    two_out, two_err = two.process.communicate(timeout=60)
+    assert one.process.returncode == two.process.returncode == 1
+    message = [line for line in one_err.splitlines() if line.startswith("harmony-responses serve:")]
+    assert message and message[0].startswith("harmony-responses serve: the engine cannot serve: ")
+    assert [line for line in two_err.splitlines() if line.startswith("harmony-responses serve:")] == message
+    assert "listening on" not in one_out + two_out
