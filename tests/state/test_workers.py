@@ -228,10 +228,11 @@ def test_sigterm_ends_every_worker_within_the_grace(started: list[Workers], tmp_
 
 def test_a_killed_worker_is_restarted(started: list[Workers], tmp_path: Path) -> None:
     store = f"sqlite:{tmp_path / 'store.sqlite3'}"
-    script = write_script(tmp_path / "slow.jsonl", [SLOW])
-    server = Workers("--workers", "2", "--store", store, "--engine", script)
+    script = write_script(tmp_path / "slow.jsonl", [{**SLOW, "delay_ms": 50}])
+    server = Workers("--workers", "2", "--store", store, "--engine", script, "--shutdown-grace", "1")
     started.append(server)
     before = worker_pids(server.process.pid)
+    produced = two_producers(server, store)
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
     assert server.process.stderr is not None
@@ -243,9 +244,42 @@ def test_a_killed_worker_is_restarted(started: list[Workers], tmp_path: Path) ->
     assert f"(pid {victim}) exited with signal SIGKILL unexpectedly; restarting it in" in "".join(log), log
     now = worker_pids(server.process.pid)
     assert len(now) == 2 and victim not in now
+    # What the killed worker was producing was ended by its sibling, saying why.
+    ended = server.request("GET", f"/v1/responses/{produced[victim]}").json()
+    assert ended["status"] == "failed" and "stopped before it finished" in ended["error"]["message"]
+    assert server.request("GET", f"/v1/responses/{produced[max(before)]}").json()["status"] == "in_progress"
     # The new worker serves: responses come from both workers again, the new one among them.
     assert set(two_producers(server, store)) == now
     assert server.stop() == 0
+
+
+def test_sigint_and_a_killed_parent_end_the_workers(started: list[Workers], tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    # Ctrl-C: the parent forwards it once; the workers end, the metrics folder it made is removed.
+    server = Workers("--workers", "2", "--store", store)
+    started.append(server)
+    workers = worker_pids(server.process.pid)
+    metrics = {Path(f"/proc/{pid}/environ").read_bytes().split(b"PROMETHEUS_MULTIPROC_DIR=")[1] for pid in workers}
+    folder = Path(metrics.pop().split(b"\0")[0].decode())
+    assert not metrics and folder.is_dir()  # one folder, shared
+    assert server.stop(signal.SIGINT, timeout=30) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers) and not folder.exists()
+    # A folder set by the user is used and kept; a parent killed outright leaves no worker serving on.
+    mine = tmp_path / "metrics"
+    mine.mkdir()
+    server = Workers("--workers", "2", "--store", store, env={"PROMETHEUS_MULTIPROC_DIR": str(mine)})
+    started.append(server)
+    workers = worker_pids(server.process.pid)
+    assert all(
+        f"PROMETHEUS_MULTIPROC_DIR={mine}\0".encode() in Path(f"/proc/{pid}/environ").read_bytes() for pid in workers
+    )
+    server.process.kill()
+    server.process.wait()
+    deadline = time.monotonic() + 20
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):
+        assert time.monotonic() < deadline, "the workers serve on without their parent"
+        time.sleep(0.1)
+    assert mine.is_dir()
 
 
 def test_workers_that_cannot_start_exit_as_one_process_does(tmp_path: Path) -> None:

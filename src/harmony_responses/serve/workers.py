@@ -147,9 +147,9 @@ class _Supervisor:
             self._wait(wake, None)
             for worker in self.workers:
                 if worker.process is not None and not worker.process.is_alive() and not worker.ready:
-                    code, message = self._exited(worker)
+                    code, how, error = self._exited(worker)
                     self._shut_down(wake, first=signal.SIGTERM)
-                    print(f"harmony-responses serve: {message}", file=sys.stderr)
+                    print(f"harmony-responses serve: {error or how}", file=sys.stderr)
                     return code or 1
         engine_description, search = self.workers[0].descriptions or ("?", None)
         from .cli import banner
@@ -220,8 +220,8 @@ class _Supervisor:
             worker.pipe = None  # the worker is gone: its sentinel says so too
             pipe.close()
 
-    def _exited(self, worker: _Worker) -> tuple[int, str]:
-        """Reap a worker that exited: its status and what went wrong."""
+    def _exited(self, worker: _Worker) -> tuple[int, str, str | None]:
+        """Reap a worker that exited: its status, how it ended, and why it could not start (its own words)."""
         assert worker.process is not None
         self._read_reports(worker)
         worker.process.join()
@@ -233,20 +233,24 @@ class _Supervisor:
             worker.pipe.close()
             worker.pipe = None
         _worker_exited(pid)
-        if worker.error is not None:
-            return worker.error
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
-        return code, f"worker {worker.slot} (pid {pid}) exited with {how}"
+        error = worker.error
+        return (
+            (error[0] if error else code),
+            f"worker {worker.slot} (pid {pid}) exited with {how}",
+            (error[1] if error else None),
+        )
 
     def _schedule_restart(self, worker: _Worker, now: float) -> None:
         was_ready, ran = worker.ready, now - worker.started_at
-        _, message = self._exited(worker)
+        _, how, error = self._exited(worker)
         if was_ready and ran >= STABLE_AFTER:
             worker.failures = 0
         worker.failures += 1
         delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** (worker.failures - 1))
         worker.restart_at = now + delay
-        logger.error("%s unexpectedly; restarting it in %.1f s", message, delay)
+        why = f" ({error})" if error else ""
+        logger.error("%s unexpectedly%s; restarting it in %.1f s", how, why, delay)
 
     def _shut_down(self, wake: int, first: int | None = None) -> None:
         """Send ``first`` (if given) and every signal received to every worker, and wait for each; a second
