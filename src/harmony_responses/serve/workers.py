@@ -303,4 +303,12 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection) -> None
 
 
 def _worker_exited(pid: int) -> None:
-    """A worker is gone: hook for what other parts keep per process (metrics)."""
+    """A worker is gone: its live gauges stop counting in the metrics the workers share."""
+    try:
+        from ..metrics import mark_process_dead  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:  # a build without /metrics
+        return
+    try:
+        mark_process_dead(pid)
+    except Exception:  # metrics must never take the supervisor down
+        logger.exception("metrics: could not mark worker pid %d dead", pid)
