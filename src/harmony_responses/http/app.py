@@ -1,10 +1,10 @@
 """The Starlette app: routes, middleware, error handlers, and the server's lifetime as the app's lifespan.
 
 Routes: ``POST /v1/responses`` (responses.py) and its WebSocket mode (websocket.py), ``POST
-/v1/responses/input_tokens`` (responses.py), the endpoints over stored responses and conversations
-(stored.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list and model shapes), ``GET
-/health``. Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``,
-so every answer the server gives is OpenAI-shaped.
+/v1/responses/input_tokens`` and ``POST /v1/responses/compact`` (responses.py), the endpoints over stored
+responses and conversations (stored.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list
+and model shapes), ``GET /health``. Unknown routes get a JSON 404 and wrong methods a JSON 405 through
+``errors.exception_handlers``, so every answer the server gives is OpenAI-shaped.
 
 The lifespan starts the ``run.Server`` (vocabulary, engine check, sandbox probe, store) and closes it on
 shutdown; a failed start is kept in ``server.startup_error`` for the command line.
@@ -16,7 +16,6 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -28,7 +27,7 @@ from .auth import BearerAuth
 from .errors import exception_handlers, json_response
 from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
-from .responses import count_input_tokens, create_response
+from .responses import compact_response, count_input_tokens, create_response
 from .stored import routes as stored_routes
 from .websocket import responses_socket
 
@@ -52,13 +51,6 @@ async def retrieve_model(request: Request) -> Response:
     if name not in server.models:
         raise model_not_found(name)
     return json_response(_model_object(name, server.started_at))
-
-
-async def not_implemented(request: Request) -> Response:
-    # POST /v1/responses/compact would otherwise match /v1/responses/{id} and answer 405,
-    # which tells a client the endpoint exists; 404 is what clients and llm-comply expect of a server
-    # without them.
-    raise HTTPException(404)
 
 
 async def health(request: Request) -> Response:
@@ -103,7 +95,7 @@ def build_app(
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/v1/responses/compact", not_implemented, methods=["POST"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         *stored_routes,
     ]

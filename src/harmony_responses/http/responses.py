@@ -25,7 +25,7 @@ from .auth import owner_of
 from .errors import json_response
 from .streaming import FollowStream, RunResponse
 
-__all__ = ["count_input_tokens", "create_response", "read_json_body"]
+__all__ = ["compact_response", "count_input_tokens", "create_response", "read_json_body"]
 
 
 def _too_large(limit: int) -> APIError:
@@ -120,6 +120,20 @@ async def count_input_tokens(request: Request) -> ASGIApp:
     prepared = await _read(request, body)
     tokens = await server.count_input_tokens(prepared)
     return json_response({"object": "response.input_tokens", "input_tokens": tokens})
+
+
+async def compact_response(request: Request) -> ASGIApp:
+    """``POST /v1/responses/compact``: a ``CompactedResponse`` (the summary is the model's, run/compact.py).
+
+    The body is a create body without the answer's parameters (the openai SDK's ``responses.compact``); it is
+    read as create reads it, never stored, and answered as JSON whatever its ``stream``.
+    """
+    server: Server = request.app.state.server
+    body = await read_json_body(request, request.app.state.max_body_bytes)
+    if isinstance(body, dict):
+        body = {**body, "store": False, "stream": False, "background": False}
+    prepared = await _read(request, body)
+    return json_response(await server.compact(prepared))
 
 
 async def create_response(request: Request) -> ASGIApp:

@@ -32,6 +32,8 @@ Owns the item mapping and the chain-of-thought rule:
   ``approval_request_id`` in the conversation) → nothing: the conversation ends with the call, which the server
   runs before generating (``History.pending_mcp_call``). A request nobody answered is followed by a tool message
   saying it was not run; a request whose ``mcp_call`` is in the conversation renders as that call only.
+- ``compaction`` → a user message with its summary, and of the items before the last one only user,
+  developer and system messages are kept (``_compaction``); ``compaction_trigger`` → nothing.
 - ``reasoning`` → an ``analysis`` message, kept only when no user message and no final answer follows it
   (the current, unfinished tool-calling turn); reasoning of completed turns is dropped (harmony.md §6.2).
   Tool calls and results of completed turns are not chain of thought and are kept.
@@ -45,6 +47,7 @@ from typing import Any
 
 from openai_harmony import Author, Message, Role
 
+from ._compaction import compacted_items, summary_text
 from ._errors import RenderError
 from ._text import compact_json
 from ._tool_search import SEARCH_NAME, loaded_namespaces, loaded_tools_text
@@ -68,7 +71,6 @@ _UNREPRESENTABLE = frozenset(
         "apply_patch_call_output",
         "image_generation_call",
         "file_search_call",
-        "compaction",
     }
 )
 
@@ -343,7 +345,7 @@ def _check_tool_search_item(item: dict[str, Any], kind: str, loc: Location) -> s
 def build_history(entries: list[tuple[Any, Location]]) -> History:
     history = History()
     typed: list[tuple[dict[str, Any], str, Location]] = []
-    for item, loc in entries:
+    for item, loc in compacted_items(entries):
         if not isinstance(item, dict):
             raise _error(loc, "", f"Invalid type for '{loc.path}': expected an object.", "invalid_type")
         typed.append((item, _item_type(item, loc), loc))
@@ -553,6 +555,17 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
                 )
             else:
                 history.pending_mcp_call = PendingMcpCall(label, name, arguments, request_id)
+        elif kind == "compaction":
+            text = summary_text(item)
+            if text is None:
+                raise _error(
+                    loc,
+                    ".encrypted_content",
+                    f"Invalid '{loc.path}.encrypted_content': the compaction item's summary was not opened.",
+                )
+            history.messages.append(Message.from_role_and_content(Role.USER, text))
+        elif kind == "compaction_trigger":
+            continue  # the run acts on it (run/compact.py); a stored one has done its work
         elif kind in _UNREPRESENTABLE:
             raise _error(
                 loc,

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from openai_harmony import Conversation, Role
+from openai_harmony import Conversation, Message, Role
 
 from harmony_responses.vocab import load_encoding
 
 from ._cache import MessageCache
+from ._compaction import SUMMARY_INSTRUCTION, SUMMARY_PREFILL
 from ._developer import build_developer_message, instructions_text
 from ._errors import RenderError
 from ._history import Location, PendingMcpCall, build_history
@@ -78,12 +79,15 @@ def render_request(
     knowledge_cutoff: str = "2024-06",
     prior_items: list[dict[str, Any]] | None = None,
     python_description: str | None = None,
+    summarize: bool = False,
 ) -> RenderedPrompt:
     """Render ``request`` into Harmony prompt tokens; raises RenderError for a client error.
 
     ``prior_items``: items of earlier responses (input and output), treated as input items placed before
     ``request["input"]``. ``python_description``: what the code-interpreter sandbox really does, declared
-    in the system message's ``python`` namespace (a generic, honest default otherwise).
+    in the system message's ``python`` namespace (a generic, honest default otherwise). ``summarize``: the
+    prompt asks the model for a summary of the conversation, for compaction (``_compaction``); the request's
+    ``tool_choice`` does not apply then.
     """
     if not isinstance(request, dict):
         raise RenderError("The request body must be a JSON object.", param=None, code="invalid_type")
@@ -93,7 +97,7 @@ def render_request(
 
     history = build_history(_entries(request, prior_items))
     tools = parse_tools(request.get("tools"), listed_mcp_tools=history.listed_mcp_tools)
-    tools, prefill = apply_tool_choice(tools, request.get("tool_choice"))
+    tools, prefill = apply_tool_choice(tools, None if summarize else request.get("tool_choice"))
     effort = reasoning_effort(request.get("reasoning"))
 
     instructions = "\n\n".join(
@@ -108,6 +112,9 @@ def render_request(
     )
     developer = build_developer_message(instructions=instructions, tools=tools, text=request.get("text"))
     rest = ([developer] if developer is not None else []) + history.messages
+    if summarize:
+        rest.append(Message.from_role_and_content(Role.USER, SUMMARY_INSTRUCTION))
+        history.pending_mcp_call, prefill = None, SUMMARY_PREFILL
 
     encoding = load_encoding()
     # Message by message, through the cache: the conversation's rendering is their concatenation (with

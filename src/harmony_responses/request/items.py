@@ -31,6 +31,8 @@ ID_PREFIXES = {
     "code_interpreter_call": "ci",
     "tool_search_call": "tsc",
     "tool_search_output": "tso",
+    "compaction": "cmp",
+    "compaction_trigger": "cmpt",
 }
 # Item types whose listing shape has a status (``completed`` unless the client said otherwise).
 _WITH_STATUS = frozenset({"message", "function_call", "function_call_output"})

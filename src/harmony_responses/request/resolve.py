@@ -28,7 +28,7 @@ from ..offload import offload
 from ..tool_types import is_web_search
 from .echo import echo_fields
 from .items import is_item_reference, normalize_items
-from .sealed import ReasoningSealer
+from .sealed import COMPACTION, ReasoningSealer
 from .validate import RequestOptions, validate_request
 
 __all__ = ["History", "ResponseRequest", "model_not_found", "read_request", "resolve_items"]
@@ -68,6 +68,8 @@ class ResponseRequest:
     input_items: list[dict[str, Any]]  # this request's own input: normalised, references resolved
     model_request: dict[str, Any]  # what the renderer reads: prior items first, sealed reasoning opened
     web_search: bool  # the server offers web_search to the model
+    # The input ends with a compaction_trigger item: the response is the conversation's compaction.
+    compaction_trigger: bool = False
 
     @property
     def echo(self) -> dict[str, Any]:
@@ -122,8 +124,32 @@ def _check_forced_web_search(body: Mapping[str, Any]) -> None:
         )
 
 
-def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search: bool) -> dict[str, Any]:
-    """The request as the renderer should see it: hidden web_search tools dropped, sealed reasoning opened."""
+def _opened_compaction(item: Mapping[str, Any], sealer: ReasoningSealer, param: str) -> dict[str, Any]:
+    """A ``compaction`` item with its sealed summary opened into ``summary`` (what the renderer reads).
+
+    Unlike reasoning (dropped quietly when its blob does not open), a compaction item stands in for the history
+    it replaced: without its summary the model would answer from a conversation with a hole in it, so a blob
+    that does not open is a 400.
+    """
+    text = sealer.open(item.get("encrypted_content"), COMPACTION)
+    if text is None:
+        raise APIError(
+            f"Invalid '{param}': the compaction item's encrypted_content could not be opened. It must be a "
+            "compaction item this server made, unchanged (it is sealed with the server's key; another server's "
+            "items, edited ones and reasoning items' encrypted_content are refused).",
+            param=param,
+            code="invalid_encrypted_content",
+        )
+    return {**item, "summary": text}
+
+
+def _for_render(
+    body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search: bool, prior: int = 0
+) -> dict[str, Any]:
+    """The request as the renderer should see it: hidden web_search tools dropped, sealed reasoning and
+    compaction summaries opened, ``compaction_trigger`` items left out (the run acts on them, and a stored
+    one in the prior items of ``previous_response_id`` has done its work). ``prior``: how many of the
+    input items came from the store, before the client's own."""
     request = dict(body)
     tools = body.get("tools")
     if tools and not web_search:
@@ -131,11 +157,17 @@ def _for_render(body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search:
     items = body.get("input")
     if isinstance(items, list):
         restored: list[Any] = []
-        for item in items:
-            if item.get("type") == "reasoning" and item.get("encrypted_content") and not item.get("content"):
+        for index, item in enumerate(items):
+            kind = item.get("type")
+            if kind == "reasoning" and item.get("encrypted_content") and not item.get("content"):
                 text = sealer.open(item["encrypted_content"])
                 if text is not None:
                     item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+            elif kind == "compaction":
+                where = f"input[{index - prior}].encrypted_content" if index >= prior else "previous_response_id"
+                item = _opened_compaction(item, sealer, where)
+            elif kind == "compaction_trigger":
+                continue
             restored.append(item)
         request["input"] = restored
     return request
@@ -237,7 +269,9 @@ async def read_request(
         prior = await history.conversation_items(conversation_id, owner)
         if prior is None:
             raise APIError(f"Conversation with id '{conversation_id}' not found.", status=404, param="conversation")
-    model_request = _for_render(dict(body, input=(prior or []) + items), sealer, web_search=web_search)
+    model_request = _for_render(
+        dict(body, input=(prior or []) + items), sealer, web_search=web_search, prior=len(prior or ())
+    )
     model_request["input"] = await _as_written(model_request["input"], owner, history)
     return ResponseRequest(
         body=body,
@@ -250,4 +284,5 @@ async def read_request(
         input_items=items,
         model_request=model_request,
         web_search=web_search,
+        compaction_trigger=bool(items) and items[-1].get("type") == "compaction_trigger",
     )

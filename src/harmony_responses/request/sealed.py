@@ -8,10 +8,15 @@ restart with a random key) is ignored, never an error: the reasoning is just not
 that drops it.
 
 Format: with the ``cryptography`` package installed (the normal case), a Fernet token (AES-128-CBC +
-HMAC-SHA256) of the JSON ``{"v": 1, "text": …}``: encrypted and authenticated. Without it,
+HMAC-SHA256) of the JSON ``{"v": 1, "kind": …, "text": …}``: encrypted and authenticated. Without it,
 ``hrr1.<base64url payload>.<base64url HMAC-SHA256>``: authenticated and merely encoded, not encrypted;
 the reasoning is also streamed in clear as ``reasoning_text`` so nothing secret is exposed, but the blob
 is only "opaque" by convention then. ``open`` reads both forms.
+
+The same key seals ``compaction`` items' summaries (``run/compact.py``), with ``kind: "compaction"`` inside
+the authenticated payload: ``open`` is told which kind it expects, so a reasoning blob cannot be passed off as
+a compaction, nor the other way round. (Blobs without a kind, sealed before compaction existed, are
+reasoning.)
 
 The key is derived from ``Config.secret_key`` (``--secret-key`` / ``HARMONY_RESPONSES_SECRET_KEY``);
 without one the server uses a secret generated once and kept in its store (``use_secret`` at start), so
@@ -29,7 +34,14 @@ import os
 
 import orjson
 
-__all__ = ["ReasoningSealer", "configure_reasoning_key", "decrypt_reasoning", "encrypt_reasoning"]
+__all__ = [
+    "COMPACTION",
+    "REASONING",
+    "ReasoningSealer",
+    "configure_reasoning_key",
+    "decrypt_reasoning",
+    "encrypt_reasoning",
+]
 
 try:
     from cryptography.fernet import Fernet, InvalidToken
@@ -39,6 +51,9 @@ except ImportError:  # pragma: no cover - exercised by forcing the fallback in t
 
 _HMAC_PREFIX = "hrr1."
 _KEY_CONTEXT = b"harmony-responses reasoning.encrypted_content v1\x00"
+# What a blob holds (its payload's "kind"): a reasoning item's text, or a compaction item's summary.
+REASONING = "reasoning"
+COMPACTION = "compaction"
 
 
 def _b64(data: bytes) -> str:
@@ -70,15 +85,15 @@ class ReasoningSealer:
         """Seal and open with ``secret`` from now on (the store's shared secret, when none was configured)."""
         self._set_key(self._derive(secret))
 
-    def seal(self, text: str) -> str:
-        payload = orjson.dumps({"v": 1, "text": text})
+    def seal(self, text: str, kind: str = REASONING) -> str:
+        payload = orjson.dumps({"v": 1, "kind": kind, "text": text})
         if self._fernet is not None:
             return self._fernet.encrypt(payload).decode()
         mac = hmac.new(self._mac_key, payload, hashlib.sha256).digest()
         return f"{_HMAC_PREFIX}{_b64(payload)}.{_b64(mac)}"
 
-    def open(self, blob: object) -> str | None:
-        """The reasoning text sealed in ``blob``, or None when it is not a blob this key sealed."""
+    def open(self, blob: object, kind: str = REASONING) -> str | None:
+        """The text sealed in ``blob``, or None when it is not a blob of this ``kind`` that this key sealed."""
         if not isinstance(blob, str) or not blob:
             return None
         payload: bytes | None = None
@@ -101,7 +116,9 @@ class ReasoningSealer:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return None
-        text = data.get("text") if isinstance(data, dict) and data.get("v") == 1 else None
+        if not isinstance(data, dict) or data.get("v") != 1 or data.get("kind", REASONING) != kind:
+            return None
+        text = data.get("text")
         return text if isinstance(text, str) else None
 
 

@@ -108,6 +108,8 @@ class RequestOptions:
     strict_schema: tuple[str, dict[str, Any]] | None
     max_tool_calls: int | None = None
     include: frozenset[str] = frozenset()
+    # context_management's compaction entry: compact first when the rendered prompt is longer (run/compact.py).
+    compact_threshold: int | None = None
 
 
 # ---------------------------------------------------------------------------------------- wording
@@ -678,6 +680,10 @@ def check_items(items: Sequence[Any], param: str) -> None:
             raise _missing(f"{at}.id")
         if item.get("id") is not None:
             check_id(item["id"], f"{at}.id")
+        if kind == "compaction":
+            if item.get("encrypted_content") is None:
+                raise _missing(f"{at}.encrypted_content")
+            _opt_str(item, "encrypted_content", f"{at}.encrypted_content")
         if kind == "mcp_list_tools":
             tools = _opt_array(item, "tools", f"{at}.tools")
             for j, tool in enumerate(tools or ()):
@@ -698,6 +704,48 @@ def _check_input(body: Mapping[str, Any]) -> None:
         raise _invalid_type("input", "a string or an array of input items", value)
     _check_length("input", value, MAX_INPUT_ITEMS)
     check_items(value, "input")
+    for i, item in enumerate(value[:-1]):
+        if item.get("type") == "compaction_trigger":
+            raise APIError(
+                f"Invalid 'input[{i}]': a compaction_trigger item must be the final input item.",
+                param=f"input[{i}]",
+                code="invalid_value",
+            )
+
+
+# The context_management entry types the server runs (the API's one type).
+CONTEXT_MANAGEMENT_TYPES = ("compaction",)
+
+
+def _check_context_management(body: Mapping[str, Any]) -> int | None:
+    """``context_management``: ``[{"type": "compaction", "compact_threshold": N}]``; returns N (None: none)."""
+    entries = _opt_array(body, "context_management")
+    threshold: int | None = None
+    for i, entry in enumerate(entries or ()):
+        param = f"context_management[{i}]"
+        if not isinstance(entry, dict):
+            raise _invalid_type(param, "an object", entry)
+        kind = entry.get("type")
+        if kind is None:
+            raise _missing(f"{param}.type")
+        if not isinstance(kind, str):
+            raise _invalid_type(f"{param}.type", "a string", kind)
+        if kind not in CONTEXT_MANAGEMENT_TYPES:
+            raise _invalid_value(f"{param}.type", kind, CONTEXT_MANAGEMENT_TYPES)
+        value = entry.get("compact_threshold")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _invalid_type(f"{param}.compact_threshold", "an integer", value)
+        if value < 1:
+            raise APIError(
+                f"Invalid '{param}.compact_threshold': integer below minimum value. Expected a value >= 1, but got "
+                f"{value} instead.",
+                param=f"{param}.compact_threshold",
+                code="integer_below_min_value",
+            )
+        threshold = value if threshold is None else min(threshold, value)
+    return threshold
 
 
 def _check_length(param: str, value: Sequence[Any], maximum: int) -> None:
@@ -768,6 +816,7 @@ def validate_request(body: Any) -> RequestOptions:
     for key in ("user", "safety_identifier", "prompt_cache_key", "service_tier"):
         _opt_str(body, key)
     _opt_enum(body, "prompt_cache_retention", ("in_memory", "24h"))
+    compact_threshold = _check_context_management(body)
 
     return RequestOptions(
         model=model,
@@ -782,4 +831,5 @@ def validate_request(body: Any) -> RequestOptions:
         strict_schema=strict_schema,
         max_tool_calls=max_tool_calls,
         include=frozenset(include),
+        compact_threshold=compact_threshold,
     )

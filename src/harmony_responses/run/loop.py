@@ -55,12 +55,14 @@ import orjson
 from openai_harmony import Author, Message, Role
 
 from ..engine import Engine, EngineStream, GenerateRequest
+from ..errors import APIError
 from ..request.schema import instance_problem
 from ..request.sealed import ReasoningSealer
 from ..tokens import EngineEnd, TokenChunk
 from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
+from .compact import Compaction, record_summary, write_summary
 
 __all__ = ["ResponseRun"]
 
@@ -99,6 +101,9 @@ class ResponseRun:
         prelude: called with the translator when the run starts, after ``response.in_progress`` (also for a
             background response): items shown before generation (``mcp_list_tools``, an approved ``mcp_call``
             set up with ``start_mcp_call``, which then runs before the first engine call).
+        compaction: the response compacts the conversation first (``compact.py``): the ``compaction`` item
+            comes first, then (unless it is a ``compaction_trigger`` response, which ends there) the prelude
+            and the answer, from the prompt ``compaction.answer`` renders; ``request`` is then replaced.
     """
 
     def __init__(
@@ -114,6 +119,7 @@ class ResponseRun:
         max_tool_calls: int | None = None,
         context_window: int | None = None,
         prelude: Callable[[Translator], None] | None = None,
+        compaction: Compaction | None = None,
     ) -> None:
         self.translator = translator
         self._engine = engine
@@ -125,6 +131,9 @@ class ResponseRun:
         self._max_tool_calls = max_tool_calls
         self._context_window = context_window
         self._prelude = prelude
+        self._compaction = compaction
+        self._prefill: list[int] = []  # after a compaction: the answer's prefill, received once the item is done
+        self._summary_tokens = 0  # output tokens of the compaction's summary (not counted against the budget)
         self._stream: EngineStream | None = None
         self._first: TokenChunk | EngineEnd | _Empty | None = None
         self._sealed: dict[str, str] = {}
@@ -147,6 +156,9 @@ class ResponseRun:
         Raises:
             EngineError: the engine cannot take the request (nothing has been sent: answer 503).
         """
+        if self._compaction is not None:
+            await self._compaction.summary.start()  # the summary's engine call is the first one
+            return
         if self._prelude is not None:
             prelude, self._prelude = self._prelude, None
             prelude(self.translator)
@@ -162,6 +174,8 @@ class ResponseRun:
     def shutdown(self) -> None:
         """The server is shutting down: end at the next chunk (or tool result), failed, telling the client why."""
         self._shutting_down = True
+        if self._compaction is not None:
+            self._compaction.summary.shutdown()
 
     async def _end_for_shutdown(self) -> bool:
         """If shutting down, stop the engine and fail the response; whether it did."""
@@ -184,6 +198,8 @@ class ResponseRun:
         """Stop the engine's generation and close the tool sessions (idempotent): on disconnect, early close,
         or after the end."""
         await self._close_stream()
+        if self._compaction is not None:
+            await self._compaction.summary.aclose()
         await self._tools.aclose_all()
 
     async def _close_stream(self) -> None:
@@ -197,6 +213,13 @@ class ResponseRun:
     async def batches(self) -> AsyncIterator[list[Event]]:
         """The events, a list per engine chunk (and per tool result); the last list ends with the terminal event."""
         t = self.translator
+        if self._compaction is not None:
+            yield self._finish(t.events())  # response.created, response.in_progress
+            async for events in self._compact():
+                yield self._finish(events)
+            if t.closed:
+                await self.aclose()
+                return
         assert self._first is not None or t.pending_tool_call is not None, "start() first"
         item, self._first = self._first, None
         yield self._finish(t.events())  # response.created, response.in_progress, prefilled items
@@ -296,6 +319,56 @@ class ResponseRun:
                 t.receive_end("error", f"the engine failed: {exc}")
                 return
 
+    # ------------------------------------------------------------------ compaction
+
+    async def _compact(self) -> AsyncIterator[list[Event]]:
+        """The compaction item, then (with an answer to follow) the answer's engine call started."""
+        compaction = self._compaction
+        assert compaction is not None
+        self._compaction = None  # done once; the summary run is closed by write_summary
+        t = self.translator
+        t.open_compaction()
+        yield t.events()  # output_item.added, response.compaction.compacting
+        summary = await write_summary(compaction.summary)
+        record_summary(t, summary)
+        self._summary_tokens = summary.output_tokens
+        if summary.text is None:
+            t.fail(SHUTDOWN_MESSAGE if self._shutting_down else summary.problem)
+            yield t.events()
+            return
+        done = t.close_compaction(compaction.seal(summary.text))
+        if compaction.answer is None:
+            t.receive_end("stop")  # a compaction_trigger response: the item is the whole output
+            yield t.events()
+            return
+        if await self._end_for_shutdown():
+            yield t.events()
+            return
+        try:
+            request, prefill = await compaction.answer({**done, "summary": summary.text})
+        except APIError as exc:
+            t.fail(f"The compacted conversation could not be rendered: {exc.message}")
+            yield t.events()
+            return
+        self._request = request
+        self._call_base = t.output_tokens  # the summary's tokens are not in this call's generated ids
+        t.receive_prefill(prefill)
+        if self._prelude is not None:
+            prelude, self._prelude = self._prelude, None
+            prelude(t)
+        if t.pending_tool_call is not None:
+            return  # an approved MCP call runs first (batches() does it)
+        try:
+            self._stream = self._engine.generate(self._request)
+            self._stream_started = True
+            self._first = await anext(self._stream)
+        except StopAsyncIteration:
+            self._first = _Empty()
+        except Exception as exc:  # the response has started: an engine refusing the answer fails it in-band
+            logger.warning("%s: the engine refused the answer after compacting: %s", self.request_id, exc)
+            t.receive_end("error", str(exc) or type(exc).__name__)
+            yield t.events()
+
     # ------------------------------------------------------------------ the tool loop
 
     async def _settle_call(self) -> None:
@@ -363,7 +436,7 @@ class ResponseRun:
         prompt = [*self._request.prompt_ids, *self._splice(call), *_tool_message(call, result.text)]
         budget: list[int] = []
         if self._max_output_tokens is not None:
-            budget.append(self._max_output_tokens - t.output_tokens)
+            budget.append(self._max_output_tokens - (t.output_tokens - self._summary_tokens))
         if self._context_window is not None:
             budget.append(self._context_window - len(prompt))
         max_tokens = min(budget) if budget else None

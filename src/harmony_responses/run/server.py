@@ -29,16 +29,18 @@ from ..engine import Engine, EngineError
 from ..errors import APIError
 from ..ids import random_id
 from ..request import ReasoningSealer, ResponseRequest
+from ..request.sealed import COMPACTION
 from ..store import StoreError
 from ..tools.browser import WebSearch
 from ..tools.code_interpreter import ContainerManager
 from ..tools.mcp import McpOptions
 from ..translate import response_skeleton, usage_object
 from ..vocab import Vocabulary, load_encoding, load_vocabulary
+from .compact import compacted_output, write_summary
 from .conversations import Conversations
 from .live import StoredRun
 from .loop import ResponseRun
-from .start import Prompting, build_run, count_input_tokens
+from .start import Prompting, build_compact, build_run, count_input_tokens
 from .stored import Background, StoredResponses
 
 __all__ = ["Server"]
@@ -166,6 +168,51 @@ class Server:
         )
         self._runs.add(run)
         return await self.stored.respond(request, run, response_id=response_id, created_at=created_at)
+
+    async def compact(self, request: ResponseRequest) -> dict[str, Any]:
+        """``POST /v1/responses/compact``: the conversation's ``CompactedResponse`` (``run/compact.py``).
+
+        Raises:
+            EngineError: the engine cannot take the summary's call (503).
+            APIError: what create refuses before it runs; 500 when the model's summary failed.
+        """
+        assert self.vocab is not None, "Server.start() has not run"
+        if self.closing:
+            raise APIError(
+                "The server is shutting down; try again.", status=503, type="server_error", code="shutting_down"
+            )
+        response_id = random_id("resp")
+        created_at = int(time.time())
+        run = await build_compact(
+            request,
+            response_id=response_id,
+            engine=self.engine,
+            vocab=self.vocab,
+            prompting=self.prompting,
+            python_description=self.containers.description(),
+            mcp_options=self.mcp,
+        )
+        self._runs.add(run)
+        try:
+            await run.start()
+        except BaseException:
+            await run.aclose()
+            raise
+        summary = await write_summary(run)
+        if summary.text is None:
+            raise APIError(summary.problem, status=500, type="server_error", code="server_error")
+        item = {
+            "id": random_id("cmp"),
+            "type": "compaction",
+            "encrypted_content": self.sealer.seal(summary.text, COMPACTION),
+        }
+        return {
+            "id": response_id,
+            "object": "response.compaction",
+            "created_at": created_at,
+            "output": [*compacted_output(request.model_request.get("input") or []), item],
+            "usage": summary.usage(),
+        }
 
     async def count_input_tokens(self, request: ResponseRequest) -> int:
         """``POST /v1/responses/input_tokens``: the prompt tokens ``request`` would cost, rendered as create does.

@@ -30,11 +30,12 @@ from ..tools.code_interpreter import ContainerManager, ContainerNotFound, code_i
 from ..tools.mcp import McpOptions, McpPlan, McpRequestError, prepare_mcp
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
+from .compact import Compaction
 from .fit import render_to_fit
 from .loop import ResponseRun
 from .tool_search import ToolSearchSession
 
-__all__ = ["Prompting", "build_run", "count_input_tokens", "render_prompt"]
+__all__ = ["Prompting", "build_compact", "build_run", "count_input_tokens", "render_prompt", "summary_run"]
 
 logger = logging.getLogger("harmony_responses.run")
 
@@ -99,7 +100,9 @@ def _json_size(obj: Any) -> float:
         return float("inf")
 
 
-def _render(request: dict[str, Any], *, prompting: Prompting, python_description: str | None = None) -> Any:
+def _render(
+    request: dict[str, Any], *, prompting: Prompting, python_description: str | None = None, summarize: bool = False
+) -> Any:
     current_date = prompting.current_date or datetime.datetime.now(datetime.UTC).date().isoformat()
     try:
         return render_request(
@@ -107,6 +110,7 @@ def _render(request: dict[str, Any], *, prompting: Prompting, python_description
             current_date=current_date,
             knowledge_cutoff=prompting.knowledge_cutoff,
             python_description=python_description,
+            summarize=summarize,
         )
     except RenderError as exc:
         raise APIError(exc.message, param=exc.param, code=exc.code) from None
@@ -128,12 +132,15 @@ async def render_prompt(
     python_description: str | None,
     mcp_options: McpOptions,
     fit: bool = True,
+    summarize: bool = False,
 ) -> tuple[dict[str, Any], McpPlan, Any]:
     """The request's prompt as create renders it: ``(model_request, mcp plan, rendered)``.
 
     Shared by ``build_run`` and ``count_input_tokens``, so that a count is exactly the prompt a create would
     send. ``fit`` False renders the whole request even when it does not fit the window (a count of a prompt
     too long for it is still a count; with ``truncation: "auto"`` the count is that of the prompt kept).
+
+    ``summarize``: the prompt that asks the model for the conversation's summary (compaction).
 
     Raises:
         APIError: 400 for an MCP server the client may not use, a request that cannot be rendered, or (``fit``)
@@ -142,22 +149,41 @@ async def render_prompt(
     model_request = dict(request.model_request)
     mcp = await _prepare_mcp(model_request, mcp_options)  # lists the MCP servers' tools: the prompt declares them
     fit_all = not fit and request.options.truncation != "auto"
+    rendered = await _render_prepared(
+        model_request,
+        prompting=prompting,
+        python_description=python_description,
+        truncation=request.options.truncation,
+        fit=not fit_all,
+        summarize=summarize,
+    )
+    return model_request, mcp, rendered
+
+
+async def _render_prepared(
+    model_request: dict[str, Any],
+    *,
+    prompting: Prompting,
+    python_description: str | None,
+    truncation: str,
+    fit: bool = True,
+    summarize: bool = False,
+) -> Any:
+    """``model_request`` (its MCP tools listed) rendered to fit the context window."""
     render = functools.partial(
         render_to_fit,
         model_request,
-        functools.partial(_render, prompting=prompting, python_description=python_description),
+        functools.partial(_render, prompting=prompting, python_description=python_description, summarize=summarize),
         # Without fitting: a window no prompt exceeds, so the whole request renders once.
-        context_window=2**62 if fit_all else prompting.context_window,
-        truncation=request.options.truncation,
+        context_window=prompting.context_window if fit else 2**62,
+        truncation=truncation,
     )
     if _json_size(model_request) <= INLINE_RENDER_BYTES:
-        rendered = render()
-    else:
-        # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
-        # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
-        # back every switch interval instead of waiting for the whole render.)
-        rendered = await offload(render)
-    return model_request, mcp, rendered
+        return render()
+    # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
+    # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
+    # back every switch interval instead of waiting for the whole render.)
+    return await offload(render)
 
 
 async def count_input_tokens(
@@ -189,6 +215,59 @@ def _loaded_tools(items: Any) -> list[dict[str, Any]]:
     ]
 
 
+def summary_run(
+    rendered: Any, *, response_id: str, model: str, engine: Engine, vocab: Vocabulary, prompting: Prompting
+) -> ResponseRun:
+    """The run that writes a compaction's summary from its prompt (``render_prompt(..., summarize=True)``).
+
+    Its translator is its own (``run/compact.py``: nobody sees its events); it declares the conversation's
+    tools but runs none (the final channel is prefilled).
+    """
+    translator = Translator(
+        vocab=vocab,
+        new_id=random_id,
+        clock=lambda: int(time.time()),
+        response=response_skeleton(id=response_id, created_at=int(time.time()), model=model),
+    )
+    translator.receive_prefill(rendered.prefill_ids)
+    return ResponseRun(
+        translator=translator,
+        engine=engine,
+        request=GenerateRequest(
+            prompt_ids=list(rendered.token_ids),
+            max_tokens=prompting.context_window - len(rendered.token_ids),
+            request_id=f"{response_id}-compaction",
+        ),
+        context_window=prompting.context_window,
+    )
+
+
+async def build_compact(
+    request: ResponseRequest,
+    *,
+    response_id: str,
+    engine: Engine,
+    vocab: Vocabulary,
+    prompting: Prompting,
+    python_description: str | None,
+    mcp_options: McpOptions,
+) -> ResponseRun:
+    """``POST /v1/responses/compact``: the summary run over ``request``'s conversation.
+
+    Raises:
+        APIError: what create refuses before it runs (an MCP server the client may not use, a conversation that
+            cannot be rendered or does not fit the context window).
+    """
+    _, mcp, rendered = await render_prompt(
+        request, prompting=prompting, python_description=python_description, mcp_options=mcp_options, summarize=True
+    )
+    for session in mcp.sessions:
+        await session.aclose()  # the listing was for the prompt's declarations: no tool runs
+    return summary_run(
+        rendered, response_id=response_id, model=request.options.model, engine=engine, vocab=vocab, prompting=prompting
+    )
+
+
 async def build_run(
     request: ResponseRequest,
     *,
@@ -204,12 +283,47 @@ async def build_run(
 ) -> ResponseRun:
     """The response's run, ready to start.
 
+    A request ending with a ``compaction_trigger`` item gets a run that only compacts; one whose prompt is
+    longer than its ``context_management`` threshold, a run that compacts first (``compact.py``).
+
     Raises:
         APIError: 400 for an unknown container, an MCP server the client may not use, a request that cannot
             be rendered or does not fit the context window.
     """
     options = request.options
     tool_sessions = ToolSessions()
+    python_description = containers.description()
+
+    def response_translator(recipients: RecipientMap, citations: Any = None) -> Translator:
+        return Translator(
+            vocab=vocab,
+            new_id=random_id,
+            clock=lambda: int(time.time()),
+            response=response_skeleton(id=response_id, created_at=created_at, model=options.model, **request.echo),
+            recipients=recipients,
+            logprobs=options.top_logprobs is not None,
+            citations=citations,
+            queued=request.background,
+            summaries=prompting.reasoning_summaries and wants_summary(request.body),
+        )
+
+    if request.compaction_trigger:
+        # The response is the compaction: no tool runs, so no container or browser is set up.
+        summary = await build_compact(
+            request,
+            response_id=response_id,
+            engine=engine,
+            vocab=vocab,
+            prompting=prompting,
+            python_description=python_description,
+            mcp_options=mcp_options,
+        )
+        return ResponseRun(
+            translator=response_translator(RecipientMap()),
+            engine=engine,
+            request=GenerateRequest(prompt_ids=[], request_id=response_id),  # no engine call of its own
+            compaction=Compaction(summary=summary, sealer=sealer),
+        )
     try:
         code = code_interpreter_session(
             request.body.get("tools"),
@@ -225,7 +339,7 @@ async def build_run(
     if browser is not None:
         tool_sessions.add(browser)
     model_request, mcp, rendered = await render_prompt(
-        request, prompting=prompting, python_description=containers.description(), mcp_options=mcp_options
+        request, prompting=prompting, python_description=python_description, mcp_options=mcp_options
     )
     for session in mcp.sessions:
         tool_sessions.add(session)
@@ -236,37 +350,58 @@ async def build_run(
         mcp_prelude = mcp.prelude(rendered.pending_mcp_call)
     except McpRequestError as exc:
         raise APIError(exc.message, param=exc.param, code=exc.code) from None
-    room = prompting.context_window - len(rendered.token_ids)
-    max_tokens = room if options.max_output_tokens is None else min(options.max_output_tokens, room)
 
-    translator = Translator(
-        vocab=vocab,
-        new_id=random_id,
-        clock=lambda: int(time.time()),
-        response=response_skeleton(id=response_id, created_at=created_at, model=options.model, **request.echo),
-        recipients=dataclasses.replace(
-            recipients,
-            # The item's container_id is the real container's, also for {"type": "auto"}.
-            container_id=code.container.id if code is not None else None,
-        ),
-        logprobs=options.top_logprobs is not None,
-        citations=browser.cite if browser is not None else None,
-        queued=request.background,
-        summaries=prompting.reasoning_summaries and wants_summary(request.body),
-    )
-    translator.receive_prefill(rendered.prefill_ids)
-    return ResponseRun(
-        translator=translator,
-        engine=engine,
-        request=GenerateRequest(
-            prompt_ids=list(rendered.token_ids),
-            max_tokens=max_tokens,
+    def generate_request(prompt: Any) -> GenerateRequest:
+        room = prompting.context_window - len(prompt.token_ids)
+        return GenerateRequest(
+            prompt_ids=list(prompt.token_ids),
+            max_tokens=room if options.max_output_tokens is None else min(options.max_output_tokens, room),
             temperature=options.temperature,
             top_p=options.top_p,
             top_logprobs=options.top_logprobs,
             response_schema=options.response_schema,
             request_id=response_id,
+        )
+
+    translator = response_translator(
+        dataclasses.replace(
+            recipients,
+            # The item's container_id is the real container's, also for {"type": "auto"}.
+            container_id=code.container.id if code is not None else None,
         ),
+        browser.cite if browser is not None else None,
+    )
+    compaction: Compaction | None = None
+    threshold = options.compact_threshold
+    if threshold is not None and len(rendered.token_ids) > threshold:
+        summarizing = await _render_prepared(
+            model_request,
+            prompting=prompting,
+            python_description=python_description,
+            truncation=options.truncation,
+            summarize=True,
+        )
+        summary = summary_run(
+            summarizing, response_id=response_id, model=options.model, engine=engine, vocab=vocab, prompting=prompting
+        )
+
+        async def answer(item: dict[str, Any]) -> tuple[GenerateRequest, list[int]]:
+            # The conversation as a client would resend it with the item (render drops what the item replaced).
+            compacted = await _render_prepared(
+                {**model_request, "input": [*(model_request.get("input") or ()), item]},
+                prompting=prompting,
+                python_description=python_description,
+                truncation=options.truncation,
+            )
+            return generate_request(compacted), list(compacted.prefill_ids)
+
+        compaction = Compaction(summary=summary, sealer=sealer, answer=answer)
+    else:
+        translator.receive_prefill(rendered.prefill_ids)
+    return ResponseRun(
+        translator=translator,
+        engine=engine,
+        request=generate_request(rendered),
         sealer=sealer if options.encrypted_reasoning else None,
         strict_schema=options.strict_schema,
         tools=tool_sessions,
@@ -274,4 +409,5 @@ async def build_run(
         max_tool_calls=options.max_tool_calls,
         context_window=prompting.context_window,
         prelude=mcp_prelude,
+        compaction=compaction,
     )

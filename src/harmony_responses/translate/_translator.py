@@ -142,6 +142,7 @@ class Translator:
         self._seq = 0
         self._output: list[dict[str, Any]] = []
         self._item: _Item | None = None
+        self._compaction: tuple[int, dict[str, Any]] | None = None  # (output_index, added item) while open
         self._tool_call: ToolCall | None = None
         self._header: list[int] = []
         # The logprobs of the header's tokens, in step: header tokens that turn out to be headerless text
@@ -326,6 +327,36 @@ class Translator:
         self._emit({"type": "response.output_item.done", "output_index": index, "item": done})
         self._output.append(done)
 
+    def open_compaction(self) -> str:
+        """Announce a ``compaction`` item before the model's first item: its ``output_item.added`` and then
+        ``response.compaction.compacting`` (the summary is being written, elsewhere: its tokens never reach
+        this translator). ``close_compaction`` ends it. Returns the item's id."""
+        self._require_between_items("start a compaction")
+        if self._compaction is not None:
+            raise LocalProtocolError("a compaction is already open")
+        index = len(self._output)
+        # encrypted_content is a required string of the item type: empty until the summary is sealed.
+        added: dict[str, Any] = {"id": self._new_id("cmp"), "type": "compaction", "encrypted_content": ""}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        self._emit({"type": "response.compaction.compacting", "item_id": added["id"], "output_index": index})
+        self._compaction = (index, added)
+        return added["id"]
+
+    def close_compaction(self, encrypted_content: str) -> dict[str, Any]:
+        """End the open compaction item with its sealed summary (``""``: none was made); returns the done item."""
+        if self._compaction is None:
+            raise LocalProtocolError("no compaction is open")
+        (index, added), self._compaction = self._compaction, None
+        done = dict(added, encrypted_content=encrypted_content)
+        self._emit({"type": "response.output_item.done", "output_index": index, "item": done})
+        self._output.append(done)
+        return done
+
+    def count_output(self, *, output_tokens: int, reasoning_tokens: int = 0) -> None:
+        """Tokens generated for this response outside this translator (a compaction's summary): usage only."""
+        self.output_tokens += output_tokens
+        self.reasoning_tokens += reasoning_tokens
+
     def start_mcp_call(
         self,
         server_label: str,
@@ -351,7 +382,12 @@ class Translator:
         return self._tool_call
 
     def _require_between_items(self, what: str) -> None:
-        if self._item is not None or self._header or self.state not in (State.HEADER, State.READY):
+        if (
+            self._item is not None
+            or self._header
+            or self._compaction is not None
+            or self.state not in (State.HEADER, State.READY)
+        ):
             raise LocalProtocolError(f"can't {what} in state {self.state.value} (only between items)")
 
     # ------------------------------------------------------------------ public API: output
@@ -433,6 +469,8 @@ class Translator:
         if self.state is State.CLOSED:
             return False
         self._queued = False
+        if self._compaction is not None:
+            self.close_compaction("")  # cut short while the summary was being written: there is none
         if self._held is not None:
             held, self._held = self._held, None
             self._flush_headerless("completed", held, lps=self._held_lps)
@@ -1042,6 +1080,8 @@ class Translator:
 
     def _terminal(self, status: str, *, reason: str | None = None, error: dict[str, str] | None = None) -> None:
         self._pending.clear()
+        if self._compaction is not None:
+            self.close_compaction("")  # the response ended before its summary was sealed
         response = self._response
         response["status"] = status
         response["output"] = self._output
