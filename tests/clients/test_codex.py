@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.fakes import Scenario, VLLMFake, harmony, run_fake
+from harmony_responses.render._compaction import SUMMARY_INSTRUCTION, SUMMARY_PREFIX
+from harmony_responses.vocab import load_encoding
+
 from .conftest import MODEL, RecordingProxy
 
 CODEX_TIMEOUT = 90  # seconds for one `codex exec`; each of these runs takes 1-3 s
@@ -215,20 +219,19 @@ def test_codex_builtin_provider_speaks_websocket(serve, replay_script, run_codex
     assert "POST /v1/responses" not in log and "403" not in log, log
 
 
+TOOL_CALL = (
+    "<|channel|>analysis<|message|>I should run echo.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.exec_command <|constrain|>json"
+    '<|message|>{"cmd": "echo hi-from-tool"}<|call|>'
+)
+TOOL_ANSWER = (
+    "<|channel|>analysis<|message|>The command printed hi-from-tool.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>The tool said hi-from-tool.<|return|>"
+)
+
+
 def test_codex_builtin_provider_tool_turn_over_websocket(serve, replay_script, run_codex, tmp_path: Path) -> None:
-    calls = [
-        {
-            "harmony": "<|channel|>analysis<|message|>I should run echo.<|end|>"
-            "<|start|>assistant<|channel|>commentary to=functions.exec_command <|constrain|>json"
-            '<|message|>{"cmd": "echo hi-from-tool"}<|call|>',
-            "chunk": 3,
-        },
-        {
-            "harmony": "<|channel|>analysis<|message|>The command printed hi-from-tool.<|end|>"
-            "<|start|>assistant<|channel|>final<|message|>The tool said hi-from-tool.<|return|>",
-            "chunk": 2,
-        },
-    ]
+    calls = [{"harmony": TOOL_CALL, "chunk": 3}, {"harmony": TOOL_ANSWER, "chunk": 2}]
     record = tmp_path / "calls.jsonl"
     server = serve(replay_script(calls), "--record", str(record))
 
@@ -350,3 +353,38 @@ def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
     function_call = by_type["function_call"]
     assert (function_call["namespace"], function_call["name"]) == ("mcp__testtools", "weather"), function_call
     assert "Sunny in Oslo" in json.dumps(by_type["function_call_output"]["output"], ensure_ascii=False)
+
+
+COMPACT_SUMMARY = "SUMMARY: the user asked to run echo hi-from-tool; it ran and printed hi-from-tool. Next: report it."
+
+
+def test_codex_builtin_provider_auto_compacts_mid_turn(serve, run_codex, tmp_path: Path) -> None:
+    # The model behind a fake vLLM, so that the test sees every prompt the model got: the tool call, then the
+    # compaction (Codex's token limit is passed after the tool's output), then the answer from the summary.
+    scenarios = [
+        Scenario(tokens=harmony(TOOL_CALL), chunk=3),
+        Scenario(tokens=harmony(COMPACT_SUMMARY + "<|return|>"), chunk=4),
+        Scenario(tokens=harmony(TOOL_ANSWER), chunk=2),
+    ]
+    config = BUILTIN_CONFIG_TOML + "model_auto_compact_token_limit = 300\n"
+    with run_fake(VLLMFake(*scenarios)) as fake:
+        server = serve("vllm", "--engine-url", fake.url)
+
+        run = run_codex(server, "Run `echo hi-from-tool` and tell me what it printed.", config)
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "The tool said hi-from-tool.", run
+    assert "context compacted" in run.stdout + run.stderr, run
+    log = _server_log(tmp_path)
+    assert "POST /v1/responses" not in log and '"WebSocket /v1/responses" [accepted]' in log, log
+    encoding = load_encoding()
+    first, summarizing, answering = (encoding.decode(body["prompt"]) for body in fake.requests)
+    # Codex sent the tool's output with a compaction_trigger: the model was asked for the summary, with the
+    # conversation so far (the output included) and the final channel prefilled.
+    assert "hi-from-tool" in summarizing and "exited with code 0" in summarizing
+    assert summarizing.endswith(f"{SUMMARY_INSTRUCTION}<|end|><|start|>assistant<|channel|>final<|message|>")
+    # Codex then resent its developer and user messages with the compaction item: the model answered from the
+    # summary, in place of the call and its output.
+    assert answering.endswith(f"<|start|>user<|message|>{SUMMARY_PREFIX}{COMPACT_SUMMARY}<|end|><|start|>assistant")
+    assert "Run `echo hi-from-tool` and tell me what it printed." in answering
+    assert "exited with code 0" not in answering and "exec_command" in first

@@ -42,9 +42,10 @@ ID_PREFIX = {
     "mcp_approval_request": "mcpr_",
     "tool_search_call": "tsc_",
     "tool_search_output": "tso_",
+    "compaction": "cmp_",
 }
 # Item types the API defines without a ``status`` (responses-protocol.md §4.4, §4.6).
-STATUSLESS = {"mcp_list_tools", "mcp_approval_request"}
+STATUSLESS = {"mcp_list_tools", "mcp_approval_request", "compaction"}
 # Fields openai 3.57 does not model, and why they are sent anyway: the nested half of the dual-form error
 # event (responses-protocol.md §5.3), the function name on arguments.done (required by older openai-python),
 # Response keys Open Responses requires (§6), and ``bytes`` on delta/done logprobs (§2.3: emit all four keys).
@@ -96,6 +97,7 @@ _CODES = {
     "response.mcp_list_tools.in_progress": "I",
     "response.mcp_list_tools.completed": "K",
     "response.mcp_list_tools.failed": "X",
+    "response.compaction.compacting": "W",
 }
 # (item type, final status) -> the item's event sequence (responses-protocol.md §4). A built-in call cut
 # short may or may not have been made (interpreting/searching) before the cut; it never reports a result.
@@ -125,6 +127,7 @@ _GRAMMAR = {
     ("tool_search_call", "completed"): "AZ",
     ("tool_search_call", "incomplete"): "AZ",
     ("tool_search_output", "completed"): "AZ",
+    ("compaction", None): "AWZ",  # compacting while the summary is written; done carries the sealed summary
 }
 # Keys of the added item that the done item must repeat unchanged (identity and routing).
 _STABLE_KEYS = (
@@ -299,6 +302,8 @@ def _check_items(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             assert call["call_id"] == item["call_id"] and call["status"] == "completed", (call, item)
         elif item["type"] == "tool_search_call" and item["execution"] == "client":
             assert i == len(items) - 1, f"a client's tool search call is not the last item: {kinds}"
+    compactions = [i for i, kind in enumerate(kinds) if kind == "compaction"]
+    assert compactions in ([], [0]), f"a response compacts once, before anything else: {kinds}"
     listed = [i for i, kind in enumerate(kinds) if kind == "mcp_list_tools"]
     assert listed == list(range(len(listed))), f"mcp_list_tools items come before the model's items: {kinds}"
     return items
@@ -328,6 +333,8 @@ def _check_added_zero_values(item: dict[str, Any]) -> None:
         assert "arguments" in item
     elif kind == "tool_search_output":
         assert item["tools"] == [] and item["execution"] == "server" and item["call_id"].startswith("call_")
+    elif kind == "compaction":
+        assert item["encrypted_content"] == ""
 
 
 def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[str, Any]]) -> None:
@@ -397,6 +404,9 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
         assert item["arguments"] == added["arguments"], "a tool search call's arguments changed after added"
     elif kind == "tool_search_output":
         assert isinstance(item["tools"], list) and all(isinstance(t, dict) and t.get("type") for t in item["tools"])
+    elif kind == "compaction":
+        assert set(item) == {"id", "type", "encrypted_content"} and isinstance(item["encrypted_content"], str)
+        assert trace[1]["item_id"] == item["id"], "compacting names another item"
 
 
 def _check_summary(events: list[dict[str, Any]], item: dict[str, Any], text: str) -> None:
