@@ -8,6 +8,7 @@ model output. Valid completions are also checked against a model of what they sh
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -50,6 +51,7 @@ class Script:
     results: tuple[ToolResult, ...]
     logprobs: bool = False  # ask for logprobs (each token gets a made-up one)
     summaries: bool = False  # reasoning.summary asked for: reasoning streams as its summary
+    compacted: bool = False  # the response compacts first (context_management): a compaction item leads
 
 
 def _logprob(token: int) -> TokenLogprob:
@@ -85,6 +87,11 @@ def run_script(script: Script, sizes: list[int], drain: str = "events") -> list[
     chunks = itertools.cycle(sizes)
     events: list[dict[str, Any]] = []
     _drain(translator, drain, events)
+    if script.compacted:
+        translator.open_compaction()
+        _drain(translator, drain, events)
+        translator.close_compaction("sealed-summary")
+        _drain(translator, drain, events)
     results = iter(script.results)
     for number, ids in enumerate(script.calls):
         last = number == len(script.calls) - 1
@@ -223,12 +230,12 @@ def valid_scripts(draw: st.DrawFn) -> tuple[Script, list[list[Piece]]]:
     calls = [draw(engine_call(builtin_last=i < rounds - 1)) for i in range(rounds)]
     results = tuple(ToolResult(fails=draw(st.booleans()), continue_after=True) for _ in range(rounds - 1))
     ids = tuple(tuple(tokens(render(call))) for call in calls)
-    script = Script(ids, "stop", results, draw(st.booleans()), draw(st.booleans()))
+    script = Script(ids, "stop", results, draw(st.booleans()), draw(st.booleans()), draw(st.booleans()))
     return script, calls
 
 
-def expected_summary(calls: list[list[Piece]]) -> list[tuple[Any, ...]]:
-    return [piece.item for pieces in calls for piece in pieces]
+def expected_summary(calls: list[list[Piece]], compacted: bool = False) -> list[tuple[Any, ...]]:
+    return [("compaction",)] * compacted + [piece.item for pieces in calls for piece in pieces]
 
 
 def summarise(item: dict[str, Any]) -> tuple[Any, ...]:
@@ -259,7 +266,7 @@ def test_valid_completions(generated: tuple[Script, list[list[Piece]]], sizes: l
     check_stream(events)
     last = events[-1]
     assert last["type"] == "response.completed"
-    assert [summarise(item) for item in last["response"]["output"]] == expected_summary(calls)
+    assert [summarise(item) for item in last["response"]["output"]] == expected_summary(calls, script.compacted)
     assert last["response"]["usage"]["output_tokens"] == sum(len(ids) for ids in script.calls)
     summaries = [item["summary"] for item in last["response"]["output"] if item["type"] == "reasoning"]
     texts = [item["content"][0]["text"] for item in last["response"]["output"] if item["type"] == "reasoning"]
@@ -276,7 +283,7 @@ def test_valid_completions_cut_short(
     script, calls = generated
     last = script.calls[-1]
     cut = data.draw(st.integers(0, len(last)), label="cut")
-    script = Script((*script.calls[:-1], last[:cut]), finish, script.results, script.logprobs, script.summaries)
+    script = dataclasses.replace(script, calls=(*script.calls[:-1], last[:cut]), finish=finish)
     events = assert_chunking_invariant(script, sizes)
     check_stream(events)
     terminal = events[-1]
@@ -327,6 +334,7 @@ malformed_scripts = st.builds(
     st.lists(malformed_call, min_size=1, max_size=3).map(tuple),
     st.sampled_from(["stop", "length", "error"]),
     tool_results,
+    st.booleans(),
     st.booleans(),
     st.booleans(),
 )

@@ -6,10 +6,12 @@ items replaced by the stored items they name, and the prior items of ``previous_
 ``conversation`` put first in the input (rather than beside it) so that ``truncation: "auto"`` can drop
 them too, oldest turns first (run/fit.py works on ``input``). What the renderer reads
 (``ResponseRequest.model_request``) also has the reasoning this server sealed into ``encrypted_content``
-opened again, the open turn's items put back as the model wrote them when this owner stored them
-(reasoning resent with its id alone: LangChain streaming, LiteLLM and llm send ``{"type": "reasoning",
-"id": …, "summary": []}``; function arguments re-serialised: pydantic-ai sends ``{"city":"Paris"}`` for
-the model's ``{"city": "Paris"}``), and ``web_search`` tools dropped when the server has no search backend.
+opened again (and each ``compaction`` item's summary, a 400 when it does not open; ``compaction_trigger``
+items are left out and said by ``ResponseRequest.compaction_trigger``), the open turn's items put back as the
+model wrote them when this owner stored them (reasoning resent with its id alone: LangChain streaming, LiteLLM
+and llm send ``{"type": "reasoning", "id": …, "summary": []}``; function arguments re-serialised: pydantic-ai
+sends ``{"city":"Paris"}`` for the model's ``{"city": "Paris"}``), and ``web_search`` tools dropped when the
+server has no search backend.
 
 The stored items come through ``History``, which the layer that runs responses implements over the store
 (``run/stored.py``): this package reads the request and never the database.

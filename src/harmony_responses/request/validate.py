@@ -12,7 +12,10 @@ got a string instead.``, ``Invalid 'max_output_tokens': integer below minimum va
 but got 1 instead.``, ``Invalid value: 'x'. Supported values are: 'auto' and 'disabled'.``
 
 State parameters are checked for shape here (``background`` needs ``store``; ``conversation`` excludes
-``previous_response_id``) and resolved against the store in ``resolve.py``.
+``previous_response_id``) and resolved against the store in ``resolve.py``. ``context_management`` is checked
+here too (its one type, ``compaction``, and ``compact_threshold`` ≥ 1), as are the two compaction items: a
+``compaction_trigger`` must be the last input item, and a ``compaction`` item needs its ``encrypted_content``
+(which ``resolve.py`` opens).
 Features that belong to later issues are refused with a clear 400 rather than silently ignored:
 ``prompt`` templates, and built-in tools
 the server cannot run yet (``tools[i].type`` named). ``web_search`` declarations (``tool_types.is_web_search``)

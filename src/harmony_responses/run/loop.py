@@ -31,6 +31,11 @@ on until a final answer, a client function call, or a limit:
 - A client disconnect cancels whatever is running (engine call or tool); the sessions are closed when the
   run ends, whatever the outcome (``aclose``).
 
+Compaction (``compact.py``): a run built with a ``Compaction`` first announces the ``compaction`` item, runs
+the summary (its own run, unseen), seals it into the item, and then ends (``compaction_trigger``) or renders
+the compacted conversation and goes on as above from that prompt (``context_management``); the summary's
+tokens count in usage, not against ``max_output_tokens``.
+
 Two things the translator does not know are added here, on the way out:
 
 - ``include: ["reasoning.encrypted_content"]``: each finished reasoning item gets ``encrypted_content``

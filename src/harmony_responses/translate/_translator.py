@@ -1074,6 +1074,8 @@ class Translator:
         self._fail(f"model output is not valid Harmony: {message}")
 
     def _fail(self, message: str) -> None:
+        if self._compaction is not None:
+            self.close_compaction("")  # before the error event, which comes right before response.failed
         error = {"type": "server_error", "code": "server_error", "message": message, "param": None}
         self._emit({"type": "error", "code": "server_error", "message": message, "param": None, "error": error})
         self._terminal("failed", error={"code": "server_error", "message": message})
