@@ -4,6 +4,7 @@ from ._base import (
     HARMONY_STOP_TOKEN_IDS,
     Engine,
     EngineError,
+    EngineHealth,
     EngineMismatch,
     EngineProtocolError,
     EngineRefused,
@@ -20,6 +21,7 @@ from ._options import EngineOptions
 from ._play import fake_logprobs
 from ._record import RecordingEngine
 from ._replay import ReplayEngine, ScriptedCall, load_script
+from ._replicas import ReplicaSet
 from ._sglang import SGLangEngine
 from ._spec import ENGINE_SPECS, engine_from_spec
 from ._trtllm import TRTLLMEngine
@@ -31,6 +33,7 @@ __all__ = [
     "EchoEngine",
     "Engine",
     "EngineError",
+    "EngineHealth",
     "EngineMismatch",
     "EngineOptions",
     "EngineProtocolError",
@@ -44,6 +47,7 @@ __all__ = [
     "MockEngine",
     "RecordingEngine",
     "ReplayEngine",
+    "ReplicaSet",
     "SGLangEngine",
     "ScriptedCall",
     "TRTLLMEngine",

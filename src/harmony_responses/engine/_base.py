@@ -30,6 +30,7 @@ __all__ = [
     "HARMONY_STOP_TOKEN_IDS",
     "Engine",
     "EngineError",
+    "EngineHealth",
     "EngineMismatch",
     "EngineProtocolError",
     "EngineRefused",
@@ -122,6 +123,10 @@ class GenerateRequest:
         stop_token_ids: ids the engine stops on; the stop id is included in the output.
         response_schema: the ``text.format`` JSON schema, for engines that constrain the final channel.
         request_id: for the engine's logs and abort endpoints.
+        affinity: what ties this call to earlier ones, most specific first (``response:ID`` of the previous
+            response, ``conversation:ID``, ``prompt_cache_key:KEY``): an engine with several replicas sends
+            it where those went, so that the replica's prefix cache holds the prompt's start
+            (``_replicas.py``). Other engines ignore it.
 
     Raises:
         ValueError: a budget or logprobs count no engine can honour.
@@ -135,12 +140,21 @@ class GenerateRequest:
     stop_token_ids: tuple[int, ...] = HARMONY_STOP_TOKEN_IDS
     response_schema: dict[str, object] | None = None
     request_id: str | None = None
+    affinity: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and self.max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {self.max_tokens}")
         if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {self.top_logprobs}")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHealth:
+    """One engine (or replica) as a readiness probe found it: ``error`` None when it answered."""
+
+    engine: str  # its ``describe()`` line
+    error: str | None = None
 
 
 class Engine(abc.ABC):
@@ -169,6 +183,20 @@ class Engine(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027
         """Release what the engine holds (connection pools, models)."""
+
+    async def probe(self) -> None:  # noqa: B027
+        """Check that the engine answers now (readiness); raise ``EngineError`` saying why not.
+
+        In-process engines always answer; HTTP engines run their start-up check again.
+        """
+
+    async def health(self) -> list[EngineHealth]:
+        """What a readiness probe finds: one entry per engine behind this one (replicas: one each)."""
+        try:
+            await self.probe()
+        except EngineError as exc:
+            return [EngineHealth(self.describe(), str(exc) or type(exc).__name__)]
+        return [EngineHealth(self.describe())]
 
     def describe(self) -> str:
         return self.name

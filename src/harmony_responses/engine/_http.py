@@ -529,6 +529,11 @@ class HTTPEngine(Engine):
             await self.aclose()
             raise
 
+    async def probe(self) -> None:
+        # The start-up check, once (no --engine-start-wait): what readiness and a replica's way back need.
+        with map_errors(self.label):
+            await self.check()
+
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:

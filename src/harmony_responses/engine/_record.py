@@ -44,9 +44,13 @@ class RecordingEngine(Engine):
         except OSError as exc:
             raise EngineError(f"--record {self.path}: cannot write to it ({exc.strerror or exc})") from exc
         await self.engine.start()
+        self.context_window = self.engine.context_window
 
     async def aclose(self) -> None:
         await self.engine.aclose()
+
+    async def probe(self) -> None:
+        await self.engine.probe()
 
     def describe(self) -> str:
         return f"{self.engine.describe()}; recording every call to {self.path}"

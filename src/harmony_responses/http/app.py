@@ -3,8 +3,10 @@
 Routes: ``POST /v1/responses`` (responses.py) and its WebSocket mode (websocket.py), ``POST
 /v1/responses/input_tokens`` and ``POST /v1/responses/compact`` (responses.py), the endpoints over stored
 responses and conversations (stored.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list
-and model shapes), ``GET /health``. Unknown routes get a JSON 404 and wrong methods a JSON 405 through
-``errors.exception_handlers``, so every answer the server gives is OpenAI-shaped.
+and model shapes), ``GET /health`` (liveness: 200 while the process serves) and ``GET /ready`` (readiness: 200
+when every served model has an engine that answers, else 503 saying which do not; ``Server.readiness``).
+Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``, so every
+answer the server gives is OpenAI-shaped.
 
 The lifespan starts the ``run.Server`` (vocabulary, engine check, sandbox probe, store) and closes it on
 shutdown; a failed start is kept in ``server.startup_error`` for the command line.
@@ -57,6 +59,12 @@ async def health(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
+async def ready(request: Request) -> Response:
+    server: Server = request.app.state.server
+    is_ready, body = await server.readiness()
+    return json_response(body, status=200 if is_ready else 503)
+
+
 def build_app(
     server: Server,
     *,
@@ -95,6 +103,7 @@ def build_app(
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
         Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         *stored_routes,

@@ -1,7 +1,8 @@
 """Bearer-token authentication, as pure ASGI middleware.
 
-With API keys configured, every request and WebSocket handshake except ``GET /health`` needs
-``Authorization: Bearer <key>`` with one of them; otherwise 401 ``invalid_api_key`` in the API's wording.
+With API keys configured, every request and WebSocket handshake except ``GET /health`` and ``GET /ready``
+(probes carry no key) needs ``Authorization: Bearer <key>`` with one of them; otherwise 401
+``invalid_api_key`` in the API's wording.
 Keys are compared in constant time. Without keys configured the middleware is not installed at all.
 
 What a request stores belongs to its key: ``owner_of`` names the owner by a hash of the key (never the
@@ -22,7 +23,7 @@ from .errors import APIError, error_response
 
 __all__ = ["BearerAuth", "owner_of"]
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ready"})
 
 
 def _masked(key: str) -> str:

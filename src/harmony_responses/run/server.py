@@ -1,12 +1,16 @@
 """``Server``: what the HTTP layer calls, and everything a running response needs, started and stopped together.
 
-It holds the engine, the Harmony vocabulary, the reasoning sealer, the built-in tools (code interpreter
-containers, web search, MCP options), the stored responses and the conversations. ``start()`` (in the
-app's lifespan) loads the vocabulary (about a second, once per process), starts the engine (for real
-engines, the start-up check that it is reachable and serves Harmony), probes the sandbox and opens the
-store (migrations, this process's lease, ending what a crashed process left running, and the sealing key
-every process using the store shares); ``aclose()`` ends what still runs, failed with a reason, and closes
-it all.
+It holds the engines (one per served model name; several names may share one), the Harmony vocabulary, the
+reasoning sealer, the built-in tools (code interpreter containers, web search, MCP options), the stored
+responses and the conversations. ``start()`` (in the app's lifespan) loads the vocabulary (about a second,
+once per process), starts the engines (for real engines, the start-up check that it is reachable and serves
+Harmony), probes the sandbox and opens the store (migrations, this process's lease, ending what a crashed
+process left running, and the sealing key every process using the store shares); ``aclose()`` ends what still
+runs, failed with a reason, and closes it all.
+
+Each model's engine has its own context window (``--context-window`` lowered to what that engine reported), so
+a run is fitted to the engine it runs on. ``readiness()`` probes every engine (cached for a second, one probe
+at a time) for ``GET /ready``.
 
 ``create_response`` is the one way a response begins: a ``ResponseRequest`` in, and out what the
 transport serves: a ``ResponseRun`` (not stored), a ``StoredRun`` (stored, foreground) or a
@@ -15,17 +19,18 @@ transport serves: a ``ResponseRun`` (not stored), a ``StoredRun`` (stored, foreg
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import secrets
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import anyio.to_thread
 
-from ..engine import Engine, EngineError
+from ..engine import Engine, EngineError, EngineHealth
 from ..errors import APIError
 from ..ids import random_id
 from ..request import ReasoningSealer, ResponseRequest
@@ -48,14 +53,18 @@ __all__ = ["Server"]
 logger = logging.getLogger("harmony_responses.run")
 
 SEALING_SECRET = "reasoning.encrypted_content"  # the store's secrets row the sealing key comes from
+# Readiness: a probe's answer is reused for this long (a burst of probes reaches each engine once), and an
+# engine that takes longer than READY_TIMEOUT to answer its probe counts as not ready.
+READY_CACHE_SECONDS = 1.0
+READY_TIMEOUT = 5.0
 
 
 class Server:
     """See the module docstring.
 
     Args:
-        models: the model names requests may ask for; the first is the default.
-        engine: the engine every response runs on.
+        engines: model name → the engine its responses run on, in the order ``/v1/models`` lists them (the
+            first is the default); several names may share one engine.
         stored: the stored responses (and the store behind them).
         sealer: seals and opens ``reasoning.encrypted_content``.
         prompting: what every prompt is rendered with.
@@ -67,8 +76,7 @@ class Server:
     def __init__(
         self,
         *,
-        models: Sequence[str],
-        engine: Engine,
+        engines: Mapping[str, Engine],
         stored: StoredResponses,
         sealer: ReasoningSealer,
         prompting: Prompting,
@@ -76,8 +84,9 @@ class Server:
         web_search: WebSearch | None,
         mcp: McpOptions,
     ) -> None:
-        self.models = tuple(models)
-        self.engine = engine
+        assert engines, "a Server needs at least one model"
+        self.models = tuple(engines)
+        self.engines = dict(engines)
         self.stored = stored
         self.conversations = Conversations(stored)
         self.sealer = sealer
@@ -90,18 +99,40 @@ class Server:
         self.startup_error: Exception | None = None  # why start() failed, for the command line's last word
         self.closing = False
         self._runs: weakref.WeakSet[ResponseRun] = weakref.WeakSet()
+        self._prompting: dict[int, Prompting] = {}  # id(engine) → prompting bounded by its context
+        self._ready: tuple[float, tuple[bool, dict[str, Any]]] | None = None
+        self._ready_probe: asyncio.Task[tuple[bool, dict[str, Any]]] | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The default model's engine."""
+        return self.engines[self.models[0]]
+
+    def _distinct_engines(self) -> list[Engine]:
+        return list({id(e): e for e in self.engines.values()}.values())
+
+    def route(self, model: str) -> tuple[Engine, Prompting]:
+        """The engine ``model``'s responses run on and the prompting (context) they are rendered with."""
+        engine = self.engines[model]
+        return engine, self._prompting.get(id(engine), self.prompting)
 
     async def start(self) -> None:
         """Raises ``EngineError`` or ``StoreError`` (also kept in ``startup_error``) when it cannot serve."""
         self.vocab = await anyio.to_thread.run_sync(load_vocabulary)
         await anyio.to_thread.run_sync(load_encoding)
-        try:
-            await self.engine.start()
-        except EngineError as exc:
-            self.startup_error = exc
-            logger.error("the engine cannot serve: %s", exc)
-            raise
-        self._bound_context(self.engine.context_window)
+        engines = self._distinct_engines()
+        results = await asyncio.gather(*(e.start() for e in engines), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            for engine, result in zip(engines, results, strict=True):
+                if result is None:
+                    await engine.aclose()
+            if isinstance(failed, EngineError):
+                self.startup_error = failed
+                logger.error("the engine cannot serve: %s", failed)
+            raise failed
+        for engine in engines:
+            self._prompting[id(engine)] = self._bound_context(engine)
         self.containers.start()  # probes the sandbox in the background; warns when code cannot run
         try:
             await self.stored.start()
@@ -114,29 +145,36 @@ class Server:
         except StoreError as exc:
             self.startup_error = exc
             logger.error("the store cannot be used: %s", exc)
-            await self.engine.aclose()
+            for engine in engines:
+                await engine.aclose()
             raise
         self.started_at = int(time.time())
 
-    def _bound_context(self, reported: int | None) -> None:
+    def _bound_context(self, engine: Engine) -> Prompting:
         """Prompt plus output stay within the context the engine reported: ``--context-window`` may only lower it.
 
         An engine serving a smaller context than the configured window (vLLM or SGLang with ``max_model_len``
         4096, llama.cpp with ``n_ctx`` 4096) refuses any budget over it, or stops silently when its context
-        fills, so every budget, truncation and the too-long-prompt 400 are computed against the smaller one.
+        fills, so every budget, truncation and the too-long-prompt 400 of its models are computed against the
+        smaller one.
         """
+        reported = engine.context_window
         if reported is None or reported >= self.prompting.context_window:
-            return
+            return self.prompting
         logger.info(
-            "the engine's context is %d tokens (configured: %d): prompts and output are kept within it",
+            "the engine's context is %d tokens (configured: %d): prompts and output are kept within it (%s)",
             reported,
             self.prompting.context_window,
+            ", ".join(m for m, e in self.engines.items() if e is engine),
         )
-        self.prompting = dataclasses.replace(self.prompting, context_window=reported)
+        return dataclasses.replace(self.prompting, context_window=reported)
 
     async def aclose(self) -> None:
         await self.stored.aclose()  # background work still running ends failed, with a reason
-        await self.engine.aclose()
+        if self._ready_probe is not None:
+            self._ready_probe.cancel()
+        for engine in self._distinct_engines():
+            await engine.aclose()
         await self.containers.aclose()
         if self.web_search is not None:
             await self.web_search.aclose()
@@ -154,14 +192,15 @@ class Server:
             )
         response_id = random_id("resp")
         created_at = int(time.time())
+        engine, prompting = self.route(request.options.model)
         run = await build_run(
             request,
             response_id=response_id,
             created_at=created_at,
-            engine=self.engine,
+            engine=engine,
             vocab=self.vocab,
             sealer=self.sealer,
-            prompting=self.prompting,
+            prompting=prompting,
             containers=self.containers,
             web_search=self.web_search,
             mcp_options=self.mcp,
@@ -183,12 +222,13 @@ class Server:
             )
         response_id = random_id("resp")
         created_at = int(time.time())
+        engine, prompting = self.route(request.options.model)
         run = await build_compact(
             request,
             response_id=response_id,
-            engine=self.engine,
+            engine=engine,
             vocab=self.vocab,
-            prompting=self.prompting,
+            prompting=prompting,
             python_description=self.containers.description(),
             mcp_options=self.mcp,
         )
@@ -222,8 +262,9 @@ class Server:
                 cannot be rendered).
         """
         assert self.vocab is not None, "Server.start() has not run"
+        _, prompting = self.route(request.options.model)
         return await count_input_tokens(
-            request, prompting=self.prompting, python_description=self.containers.description(), mcp_options=self.mcp
+            request, prompting=prompting, python_description=self.containers.description(), mcp_options=self.mcp
         )
 
     async def prepared_response(self, request: ResponseRequest) -> list[dict[str, Any]]:
@@ -252,6 +293,47 @@ class Server:
             {"type": "response.in_progress", "sequence_number": 1, "response": response},
             {"type": "response.completed", "sequence_number": 2, "response": done},
         ]
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``GET /ready``: whether every served model has an engine (a replica) that answers, and the details.
+
+        Probes run in the background of the first caller, one at a time; their answer is reused for
+        ``READY_CACHE_SECONDS``, so that a load balancer polling many times a second reaches each engine once.
+        """
+        if self.closing:
+            return False, {"status": "unavailable", "reason": "the server is shutting down", "models": []}
+        now = time.monotonic()
+        if self._ready is not None and now - self._ready[0] < READY_CACHE_SECONDS:
+            return self._ready[1]
+        if self._ready_probe is None or self._ready_probe.done():
+            self._ready_probe = asyncio.get_running_loop().create_task(self._probe_readiness())
+        return await asyncio.shield(self._ready_probe)
+
+    async def _probe_readiness(self) -> tuple[bool, dict[str, Any]]:
+        async def health(engine: Engine) -> list[EngineHealth]:
+            try:
+                return await asyncio.wait_for(engine.health(), READY_TIMEOUT)
+            except TimeoutError:
+                return [EngineHealth(engine.describe(), f"did not answer the probe within {READY_TIMEOUT:g} s")]
+
+        engines = self._distinct_engines()
+        found = dict(zip(map(id, engines), await asyncio.gather(*map(health, engines)), strict=True))
+        models = []
+        for model, engine in self.engines.items():
+            entries = [
+                {"engine": h.engine, "ready": h.error is None, **({"error": h.error} if h.error else {})}
+                for h in found[id(engine)]
+            ]
+            models.append({"id": model, "ready": any(e["ready"] for e in entries), "engines": entries})
+        ready = all(m["ready"] for m in models)
+        unready = [m["id"] for m in models if not m["ready"]]
+        body: dict[str, Any] = {"status": "ready" if ready else "unavailable"}
+        if unready:
+            body["reason"] = f"no engine answers for {', '.join(unready)}"
+        body["models"] = models
+        result = ready, body
+        self._ready = time.monotonic(), result
+        return result
 
     def shut_down_runs(self) -> int:
         """Refuse new responses and end the running ones at their next chunk, failed with the reason (the

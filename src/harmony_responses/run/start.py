@@ -216,7 +216,14 @@ def _loaded_tools(items: Any) -> list[dict[str, Any]]:
 
 
 def summary_run(
-    rendered: Any, *, response_id: str, model: str, engine: Engine, vocab: Vocabulary, prompting: Prompting
+    rendered: Any,
+    *,
+    response_id: str,
+    model: str,
+    engine: Engine,
+    vocab: Vocabulary,
+    prompting: Prompting,
+    affinity: tuple[str, ...] = (),
 ) -> ResponseRun:
     """The run that writes a compaction's summary from its prompt (``render_prompt(..., summarize=True)``).
 
@@ -237,6 +244,7 @@ def summary_run(
             prompt_ids=list(rendered.token_ids),
             max_tokens=prompting.context_window - len(rendered.token_ids),
             request_id=f"{response_id}-compaction",
+            affinity=affinity,  # the conversation's replica holds its prefix
         ),
         context_window=prompting.context_window,
     )
@@ -264,8 +272,31 @@ async def build_compact(
     for session in mcp.sessions:
         await session.aclose()  # the listing was for the prompt's declarations: no tool runs
     return summary_run(
-        rendered, response_id=response_id, model=request.options.model, engine=engine, vocab=vocab, prompting=prompting
+        rendered,
+        response_id=response_id,
+        model=request.options.model,
+        engine=engine,
+        vocab=vocab,
+        prompting=prompting,
+        affinity=affinity_keys(request),
     )
+
+
+def affinity_keys(request: ResponseRequest) -> tuple[str, ...]:
+    """What ties the request to earlier engine calls, most specific first (``GenerateRequest.affinity``).
+
+    The previous response's prompt is this one's prefix; a conversation's or a ``prompt_cache_key``'s last
+    response most likely too. An engine with replicas sends the call where those went.
+    """
+    keys = []
+    if request.previous_response_id:
+        keys.append(f"response:{request.previous_response_id}")
+    if request.conversation_id:
+        keys.append(f"conversation:{request.conversation_id}")
+    cache_key = request.body.get("prompt_cache_key")
+    if isinstance(cache_key, str) and cache_key:
+        keys.append(f"prompt_cache_key:{cache_key}")
+    return tuple(keys)
 
 
 async def build_run(
@@ -361,6 +392,7 @@ async def build_run(
             top_logprobs=options.top_logprobs,
             response_schema=options.response_schema,
             request_id=response_id,
+            affinity=affinity_keys(request),
         )
 
     translator = response_translator(
@@ -382,7 +414,13 @@ async def build_run(
             summarize=True,
         )
         summary = summary_run(
-            summarizing, response_id=response_id, model=options.model, engine=engine, vocab=vocab, prompting=prompting
+            summarizing,
+            response_id=response_id,
+            model=options.model,
+            engine=engine,
+            vocab=vocab,
+            prompting=prompting,
+            affinity=affinity_keys(request),
         )
 
         async def answer(item: dict[str, Any]) -> tuple[GenerateRequest, list[int]]:

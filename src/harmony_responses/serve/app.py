@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
-from ..engine import Engine, engine_from_spec
+from ..engine import Engine
 from ..http import build_app
 from ..http.hosts import is_loopback
 from ..request import configure_reasoning_key
@@ -16,6 +16,7 @@ from ..run import Prompting, Server, StoredResponses
 from ..tools.browser import WebSearch, web_search_from_options
 from ..tools.code_interpreter import ContainerManager
 from .config import Config
+from .engines import build_engines
 
 __all__ = ["create_app", "web_search_from_config"]
 
@@ -31,20 +32,30 @@ def web_search_from_config(config: Config) -> WebSearch | None:
     )
 
 
-def create_app(config: Config, *, engine: Engine | None = None, web_search: WebSearch | None = None) -> Starlette:
+def create_app(
+    config: Config,
+    *,
+    engine: Engine | None = None,
+    engines: dict[str, Engine] | None = None,
+    web_search: WebSearch | None = None,
+) -> Starlette:
     """The ASGI app serving ``config``.
 
     Args:
         config: the server's configuration.
-        engine: an engine instance to use instead of ``config.engine`` (tests pass a ``MockEngine``).
+        engine: an engine instance serving every model instead of the configured ones (tests pass a
+            ``MockEngine``).
+        engines: model → engine, as ``engines.build_engines(config)`` builds them (the command line builds
+            them first, for its banner).
         web_search: the web search to use instead of the one ``config`` describes.
 
     Raises:
-        ValueError: ``config.engine`` is not a valid engine spec (the message lists the valid forms).
+        ValueError: an engine spec is not valid (the message lists the valid forms).
     """
+    if engine is not None:
+        engines = dict.fromkeys(config.served_models, engine)
     server = Server(
-        models=config.models,
-        engine=engine if engine is not None else engine_from_spec(config.engine, config.engine_options),
+        engines=engines if engines is not None else build_engines(config),
         stored=StoredResponses(config.store, data_dir=config.data_dir, retention=config.retention),
         sealer=configure_reasoning_key(config.secret_key),
         prompting=Prompting(

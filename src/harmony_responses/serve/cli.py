@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 import uvicorn
 
-from ..engine import engine_from_spec
 from ..http.connection import ApiWebSocketProtocol, api_http_protocol
 from ..store import describe_store
 from ..tools.code_interpreter import SandboxLimits
@@ -27,6 +26,7 @@ from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_
 from .app import create_app, web_search_from_config
 from .config import DEFAULT_MODELS, Config
 from .config_file import apply_config_file
+from .engines import build_engines, describe_engines, split_engine_values
 from .options import BY_NAME, ENV_PREFIX, OPTIONS, env_list
 
 __all__ = ["add_serve_arguments", "banner", "config_from_args", "configure_logging", "run_server", "serve"]
@@ -45,14 +45,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    """The parsed options (and the ``--config`` file under them) → a ``Config``; ValueError for a bad one."""
+    """The parsed options (and the ``--config`` file under them) → a ``Config``; ValueError for a bad one (a
+    model without an engine)."""
     apply_config_file(args)
+    plain, bound = split_engine_values(args.engines or env_list(BY_NAME["engines"]) or ())
+    if plain is None and not bound:
+        plain = "echo"
+    # Without --model: the default names when a plain engine serves them; with only bound engines, their names.
+    models = args.models or env_list(BY_NAME["models"]) or (DEFAULT_MODELS if plain is not None else ())
     return Config(
         host=args.host,
         port=args.port,
         workers=args.workers,
-        models=tuple(args.models or env_list(BY_NAME["models"]) or DEFAULT_MODELS),
-        engine=args.engine,
+        models=tuple(models),
+        engine=plain,
+        model_engines=bound,
         engine_url=args.engine_url,
         engine_model=args.engine_model,
         engine_api_key=args.engine_api_key,
@@ -109,7 +116,7 @@ def banner(
     lines = [
         f"harmony-responses: listening on http://{shown_host}:{port}/v1",
         f"  engine: {engine_description}",
-        f"  models: {', '.join(config.models)} (default {config.default_model})",
+        f"  models: {', '.join(config.served_models)} (default {config.default_model})",
         f"  auth:   {'bearer token required' if config.api_keys else 'none (no --api-key given)'}",
         f"  store:  {describe_store(config.store, config.data_dir, config.retention)}",
     ]
@@ -201,7 +208,7 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         config = config_from_args(args)
-        engine = engine_from_spec(config.engine, config.engine_options)
+        engines = build_engines(config)
         web_search = web_search_from_config(config)
     except (ValueError, AssertionError) as exc:
         print(f"harmony-responses serve: {exc}", file=sys.stderr)
@@ -214,9 +221,9 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
 
     def on_listening(host: str, port: int) -> None:
         search = web_search.describe() if web_search is not None else None
-        print(banner(config, engine.describe(), host, port, search), file=out, flush=True)
+        print(banner(config, describe_engines(engines), host, port, search), file=out, flush=True)
 
-    code, error = run_server(config, engine, web_search, on_listening=on_listening)
+    code, error = run_server(config, engines, web_search, on_listening=on_listening)
     if error is not None:
         print(f"harmony-responses serve: {error}", file=sys.stderr)
     return code
@@ -229,7 +236,7 @@ def configure_logging(config: Config) -> None:
 
 def run_server(
     config: Config,
-    engine: Any,
+    engines: dict[str, Any],
     web_search: Any,
     *,
     on_listening: Callable[[str, int], None],
@@ -239,13 +246,14 @@ def run_server(
     """Serve ``config`` in this process until a signal (or ``supervisor``'s end of a pipe closing) stops it.
 
     Args:
+        engines: model → engine (``engines.build_engines``).
         sockets: listening sockets to accept on (a worker's, bound by its parent); None binds ``config``'s.
         supervisor: a worker's pipe to its parent, which never writes to it: readable means the parent is gone.
 
     Returns:
         The exit status and, when the server could not start, why (for the command line's last word).
     """
-    app = create_app(config, engine=engine, web_search=web_search)
+    app = create_app(config, engines=engines, web_search=web_search)
     server = _Server(
         uvicorn.Config(
             app,

@@ -20,10 +20,14 @@ class Config:
         host, port: where ``serve`` listens (the app itself does not use them).
         workers: how many server processes ``serve`` runs on that port (``serve/workers.py``); each builds
             its own app from this configuration, and they share the store (and so the sealing key).
-        models: model names the server answers to; the first is listed first by ``/v1/models``.
-            A request for any other name gets 404 ``model_not_found``.
-        engine: an engine spec (``echo``, ``replay:PATH``, ``vllm[:URL]``, ``sglang[:URL]``,
-            ``llamacpp[:URL]``, ``trtllm[:URL]``, ``transformers:PATH``; see ``harmony_responses.engine``).
+        models: model names the server answers to, served by ``engine`` unless ``model_engines`` binds
+            them; ``served_models`` adds the bound names. A request for any other name gets 404
+            ``model_not_found``.
+        engine: the engine spec serving every model ``model_engines`` does not bind (``echo``,
+            ``replay:PATH``, ``vllm[:URL]``, ``sglang[:URL]``, ``llamacpp[:URL]``, ``trtllm[:URL]``,
+            ``transformers:PATH``; see ``harmony_responses.engine``); None: none (every model is bound).
+        model_engines: ``(model name, engine spec)`` pairs (``--engine NAME=SPEC``); a name given several
+            times is served by all of its engines as replicas (``engine.ReplicaSet``).
         engine_url, engine_model, engine_api_key, engine_connect_timeout, engine_first_token_timeout,
         engine_stall_timeout, engine_max_connections, engine_start_wait, record: the engine's
             ``EngineOptions`` (``engine/_options.py`` says what each means).
@@ -65,7 +69,8 @@ class Config:
     port: int = 8000
     workers: int = 1
     models: tuple[str, ...] = DEFAULT_MODELS
-    engine: str = "echo"
+    engine: str | None = "echo"
+    model_engines: tuple[tuple[str, str], ...] = ()
     engine_url: str | None = None
     engine_model: str | None = None
     engine_api_key: str | None = field(default=None, repr=False)
@@ -103,17 +108,36 @@ class Config:
     def __post_init__(self) -> None:
         # Tuples, not lists: the value class is frozen and hashable all the way down.
         object.__setattr__(self, "models", tuple(self.models))
+        object.__setattr__(self, "model_engines", tuple((str(n), str(e)) for n, e in self.model_engines))
         object.__setattr__(self, "api_keys", tuple(self.api_keys))
         object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
-        assert self.models, "Config.models needs at least one model name"
+        assert self.models or self.model_engines, "Config.models needs at least one model name"
         assert all(isinstance(m, str) and m for m in self.models), "model names must be non-empty strings"
+        assert all(name and spec for name, spec in self.model_engines), "--engine NAME=SPEC needs both"
+        bound = {name for name, _ in self.model_engines}
+        unserved = [m for m in self.models if m not in bound]
+        if self.engine is None and unserved:
+            raise ValueError(
+                f"no engine serves {', '.join(unserved)}: bind it with --engine {unserved[0]}=SPEC, or add a plain "
+                "--engine SPEC for every model not bound"
+            )
         assert self.max_body_bytes > 0, "max_body_bytes must be positive"
         assert self.context_window > 0, "context_window must be positive"
         assert self.workers > 0, "workers must be positive"
 
     @property
+    def served_models(self) -> tuple[str, ...]:
+        """Every model name answered to: ``models``, then the names only ``model_engines`` binds."""
+        return tuple(dict.fromkeys([*self.models, *(name for name, _ in self.model_engines)]))
+
+    def engine_specs(self, model: str) -> tuple[str, ...]:
+        """The engine specs serving ``model``: its bound ones (replicas), else the plain ``engine``."""
+        bound = tuple(spec for name, spec in self.model_engines if name == model)
+        return bound or ((self.engine,) if self.engine is not None else ())
+
+    @property
     def default_model(self) -> str:
-        return self.models[0]
+        return self.served_models[0]
 
     @property
     def engine_options(self) -> EngineOptions:

@@ -219,13 +219,20 @@ OPTIONS: tuple[Option, ...] = (
         dest="models",
         repeatable=True,
         metavar="NAME",
-        help=f"a model name to answer to; repeatable; the first is the default (default: {', '.join(DEFAULT_MODELS)})",
+        help="a model name to answer to, served by the plain --engine; repeatable; the first is the default "
+        f"(default: {', '.join(DEFAULT_MODELS)}, or only the names --engine NAME=SPEC binds when there is no plain "
+        "--engine); any other name is 404 model_not_found",
     ),
     Option(
         flag="--engine",
+        dest="engines",
+        repeatable=True,
         default="echo",
+        metavar="[NAME=]SPEC",
         help="engine spec: 'echo' (a stand-in, not a model; the default), 'replay:PATH', 'vllm', 'sglang', "
-        "'llamacpp', 'trtllm' (each optionally ':URL') or 'transformers:PATH'",
+        "'llamacpp', 'trtllm' (each optionally ':URL') or 'transformers:PATH'; NAME=SPEC serves model NAME "
+        "with it (also when --model does not list NAME), a plain SPEC every other model; repeatable: a NAME "
+        "given several times is balanced over its engines as replicas",
     ),
     Option(flag="--engine-url", metavar="URL", help="the HTTP engine's base URL (default: its usual local port)"),
     Option(flag="--engine-model", metavar="NAME", help="the engine's model name (default: the one it serves)"),

@@ -284,18 +284,19 @@ class _Supervisor:
 def worker_main(config: Config, sock: socket.socket, parent: Connection) -> None:
     """A worker process: serve ``config`` on ``sock``; report ``ready`` (or why it cannot start) to the parent."""
     os.setpgrp()  # its own process group: a terminal's Ctrl-C goes to the parent, which forwards it once
-    from ..engine import engine_from_spec
     from .app import web_search_from_config
     from .cli import configure_logging, run_server
+    from .engines import build_engines, describe_engines
 
     configure_logging(config)
-    engine = engine_from_spec(config.engine, config.engine_options)  # the parent checked the configuration
+    engines = build_engines(config)  # the parent checked the configuration
     web_search = web_search_from_config(config)
 
     def on_listening(host: str, port: int) -> None:
-        parent.send(("ready", engine.describe(), web_search.describe() if web_search is not None else None))
+        description = describe_engines(engines)
+        parent.send(("ready", description, web_search.describe() if web_search is not None else None))
 
-    code, error = run_server(config, engine, web_search, on_listening=on_listening, sockets=[sock], supervisor=parent)
+    code, error = run_server(config, engines, web_search, on_listening=on_listening, sockets=[sock], supervisor=parent)
     if error is not None:
         with contextlib.suppress(OSError):
             parent.send(("error", code, error))

@@ -1,0 +1,310 @@
+"""``ReplicaSet``: several engines serving one model, balanced, with failover, behind the ``Engine`` interface.
+
+The server above sees one engine; this module decides which replica takes each call.
+
+Choosing a replica (``_choose``):
+
+1. Only replicas in service are candidates (when every one is out, all of them are: the call is then a
+   probe of its own, and the first replica that answers is back in service).
+2. Affinity: the call's own response (a later call of the same tool loop), then its ``affinity`` keys in
+   order (the previous response, the conversation, the ``prompt_cache_key``) go to the replica that
+   served them last, so that its prefix cache holds the prompt's start. Affinity yields when that replica
+   is out, or when it has more calls in flight than the least busy candidate by more than
+   ``max(affinity_slack, least // 2)`` (4 by default: a replica 5 calls busier than an idle one, or 50%
+   plus busier under load, loses the call; a recomputed prefix costs less than queueing behind others).
+3. Otherwise the candidate with the fewest calls in flight; among equals, the one chosen least recently.
+
+The key → replica map is a bounded LRU (``affinity_size`` entries) in this process; keys the call carries
+are re-pointed at the replica that served it.
+
+Failures. A replica that cannot take a call before its first item (unreachable, timed out, a cut
+connection, an HTTP 5xx) is taken out of service and the call goes to another replica not tried yet; a
+refusal of the request itself (a 4xx: too long a prompt, a bad parameter) is the client's and is raised
+as it is, the replica staying in service. A replica whose stream ends in an error mid-way is probed at
+once (the stream cannot move: tokens were sent) and taken out if the probe fails. A replica out of
+service is probed in the background (``Engine.probe``: the HTTP engines' start-up check) after
+``probe_delay`` seconds, doubling up to ``probe_max_delay``, and put back when it answers.
+
+Start-up succeeds when at least one replica starts; the others are logged and probed in the background.
+A replica that answers but cannot serve Harmony (``EngineMismatch``) or refuses us (a 4xx such as a
+wrong API key) fails the start: waiting would not mend it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from ..tokens import EngineEnd
+from ._base import (
+    Engine,
+    EngineError,
+    EngineHealth,
+    EngineProtocolError,
+    EngineRefused,
+    EngineStream,
+    EngineTimeout,
+    EngineUnavailable,
+    GenerateRequest,
+)
+
+__all__ = ["ReplicaSet", "is_outage"]
+
+logger = logging.getLogger("harmony_responses.engine")
+
+AFFINITY_SLACK = 4
+AFFINITY_SIZE = 100_000
+PROBE_DELAY = 0.5
+PROBE_MAX_DELAY = 15.0
+
+
+def is_outage(exc: EngineError) -> bool:
+    """Whether ``exc`` says the replica is out of order (rather than that it refused this request)."""
+    if isinstance(exc, EngineUnavailable | EngineTimeout | EngineProtocolError):
+        return True
+    return isinstance(exc, EngineRefused) and exc.status is not None and exc.status >= 500
+
+
+class _Replica:
+    __slots__ = ("engine", "error", "in_flight", "last_chosen", "probing", "up")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.in_flight = 0
+        self.last_chosen = 0
+        self.up = True
+        self.error: str | None = None  # why it is out of service
+        self.probing: asyncio.Task[None] | None = None
+
+
+class ReplicaSet(Engine):
+    """``replicas`` serving one model as one engine (see the module docstring).
+
+    Args:
+        replicas: the engines, each a full ``Engine`` (its own URL, pool and start-up check).
+        label: what log lines and errors call the set (the model name).
+        affinity_slack: how many more calls in flight than the least busy replica an affine one may have.
+        probe_delay, probe_max_delay: the background probe's first wait and its longest, in seconds.
+        affinity_size: the most affinity keys remembered.
+    """
+
+    name = "replicas"
+
+    def __init__(
+        self,
+        replicas: Sequence[Engine],
+        *,
+        label: str,
+        affinity_slack: int = AFFINITY_SLACK,
+        probe_delay: float = PROBE_DELAY,
+        probe_max_delay: float = PROBE_MAX_DELAY,
+        affinity_size: int = AFFINITY_SIZE,
+    ) -> None:
+        assert replicas, "a ReplicaSet needs at least one replica"
+        self.replicas = [_Replica(engine) for engine in replicas]
+        self.label = label
+        self.affinity_slack = affinity_slack
+        self.probe_delay = probe_delay
+        self.probe_max_delay = probe_max_delay
+        self.affinity_size = affinity_size
+        self._affinity: OrderedDict[str, _Replica] = OrderedDict()
+        self._clock = itertools.count(1)
+        self._closed = False
+
+    @property
+    def engines(self) -> list[Engine]:
+        return [r.engine for r in self.replicas]
+
+    def in_service(self) -> list[Engine]:
+        return [r.engine for r in self.replicas if r.up]
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def start(self) -> None:
+        results = await asyncio.gather(*(r.engine.start() for r in self.replicas), return_exceptions=True)
+        fatal: BaseException | None = None
+        for replica, result in zip(self.replicas, results, strict=True):
+            if result is None:
+                continue
+            if isinstance(result, EngineError) and is_outage(result):
+                replica.up, replica.error = False, str(result)
+            elif fatal is None:
+                fatal = result
+        if fatal is None and not any(r.up for r in self.replicas):
+            errors = [r for r in results if isinstance(r, BaseException)]
+            fatal = errors[0] if len(errors) == 1 else EngineUnavailable(self._why_none())
+        if fatal is not None:
+            await self.aclose()
+            raise fatal
+        windows = [r.engine.context_window for r in self.replicas if r.up and r.engine.context_window is not None]
+        self.context_window = min(windows) if windows else None
+        for replica in self.replicas:
+            if not replica.up:
+                logger.warning("%s: a replica is out, probed in the background: %s", self.label, replica.error)
+                self._probe_later(replica)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for replica in self.replicas:
+            if replica.probing is not None:
+                replica.probing.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await replica.probing
+                replica.probing = None
+        for replica in self.replicas:
+            await replica.engine.aclose()
+
+    def describe(self) -> str:
+        if len(self.replicas) == 1:
+            return self.replicas[0].engine.describe()
+        return f"{len(self.replicas)} replicas: " + "; ".join(r.engine.describe() for r in self.replicas)
+
+    # ------------------------------------------------------------------ health
+
+    async def probe(self) -> None:
+        if not any(h.error is None for h in await self.health()):
+            raise EngineUnavailable(self._why_none())
+
+    async def health(self) -> list[EngineHealth]:
+        """Probe every replica now; a replica's answer puts it back or takes it out."""
+        results = await asyncio.gather(*(self._probe_once(r) for r in self.replicas))
+        return [EngineHealth(r.engine.describe(), error) for r, error in zip(self.replicas, results, strict=True)]
+
+    async def _probe_once(self, replica: _Replica) -> str | None:
+        try:
+            await replica.engine.probe()
+        except EngineError as exc:
+            if is_outage(exc):
+                self._take_out(replica, exc)
+            return str(exc) or type(exc).__name__
+        self._put_back(replica)
+        return None
+
+    def _why_none(self) -> str:
+        reasons = "; ".join(r.error or "not answering" for r in self.replicas)
+        return f"no replica of {self.label} answers: {reasons}"
+
+    def _take_out(self, replica: _Replica, exc: BaseException) -> None:
+        replica.error = str(exc) or type(exc).__name__
+        if replica.up:
+            replica.up = False
+            logger.warning("%s: a replica is taken out of service: %s", self.label, replica.error)
+        self._probe_later(replica)
+
+    def _put_back(self, replica: _Replica) -> None:
+        if not replica.up:
+            replica.up, replica.error = True, None
+            logger.warning("%s: a replica is back in service: %s", self.label, replica.engine.describe())
+            if self.context_window is None or (
+                replica.engine.context_window is not None and replica.engine.context_window < self.context_window
+            ):
+                # Prompts were fitted to the others' context; one smaller would refuse the longest.
+                logger.warning(
+                    "%s: the replica back in service has a context of %s tokens (the others: %s)",
+                    self.label,
+                    replica.engine.context_window,
+                    self.context_window,
+                )
+        probing = replica.probing
+        if probing is not None and probing is not asyncio.current_task():
+            probing.cancel()
+            replica.probing = None
+
+    def _probe_later(self, replica: _Replica) -> None:
+        if self._closed or (replica.probing is not None and not replica.probing.done()):
+            return
+        replica.probing = asyncio.get_running_loop().create_task(self._probe_until_back(replica))
+
+    async def _probe_until_back(self, replica: _Replica) -> None:
+        delay = self.probe_delay
+        while not replica.up:
+            await asyncio.sleep(delay)
+            try:
+                await replica.engine.probe()
+            except EngineError as exc:
+                replica.error = str(exc) or type(exc).__name__
+                delay = min(delay * 2, self.probe_max_delay)
+                continue
+            replica.probing = None
+            self._put_back(replica)
+
+    def _suspect(self, replica: _Replica) -> None:
+        """A stream of ``replica`` failed mid-way: probe it now, and take it out if it does not answer."""
+        if self._closed or not replica.up or (replica.probing is not None and not replica.probing.done()):
+            return
+
+        async def check() -> None:
+            try:
+                await replica.engine.probe()
+            except EngineError as exc:
+                replica.probing = None
+                if is_outage(exc):
+                    self._take_out(replica, exc)
+            else:
+                replica.probing = None
+
+        replica.probing = asyncio.get_running_loop().create_task(check())
+
+    # ------------------------------------------------------------------ generation
+
+    def _keys(self, request: GenerateRequest) -> list[str]:
+        own = [f"response:{request.request_id}"] if request.request_id else []
+        return own + list(request.affinity)
+
+    def _choose(self, request: GenerateRequest, tried: set[_Replica]) -> _Replica | None:
+        untried = [r for r in self.replicas if r not in tried]
+        candidates = [r for r in untried if r.up] or untried
+        if not candidates:
+            return None
+        least = min(r.in_flight for r in candidates)
+        slack = max(self.affinity_slack, least // 2)
+        for key in self._keys(request):
+            replica = self._affinity.get(key)
+            if replica is not None and replica in candidates and replica.in_flight - least <= slack:
+                return replica
+        return min(candidates, key=lambda r: (r.in_flight, r.last_chosen))
+
+    def _remember(self, request: GenerateRequest, replica: _Replica) -> None:
+        for key in self._keys(request):
+            self._affinity[key] = replica
+            self._affinity.move_to_end(key)
+        while len(self._affinity) > self.affinity_size:
+            self._affinity.popitem(last=False)
+
+    async def generate(self, request: GenerateRequest) -> EngineStream:  # type: ignore[override]
+        tried: set[_Replica] = set()
+        while True:
+            replica = self._choose(request, tried)
+            assert replica is not None
+            tried.add(replica)
+            replica.in_flight += 1
+            replica.last_chosen = next(self._clock)
+            stream = replica.engine.generate(request)
+            try:
+                try:
+                    first = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except EngineError as exc:
+                    if not is_outage(exc):
+                        raise
+                    self._take_out(replica, exc)
+                    if len(tried) == len(self.replicas):
+                        raise
+                    logger.warning("%s: retrying the call on another replica", self.label)
+                    continue
+                self._put_back(replica)  # it answered: in service (a call made while every replica was out)
+                self._remember(request, replica)
+                yield first
+                async for item in stream:
+                    if isinstance(item, EngineEnd) and item.reason == "error":
+                        self._suspect(replica)
+                    yield item
+                return
+            finally:
+                replica.in_flight -= 1
+                await stream.aclose()
