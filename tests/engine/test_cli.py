@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harmony_responses.engine import EngineOptions
-from harmony_responses.serve.cli import add_serve_arguments, config_from_args
+from harmony_responses.engine import EngineOptions, ReplicaSet
+from harmony_responses.serve.cli import add_serve_arguments, config_from_args, serve
+from harmony_responses.serve.engines import build_engines
 
 from .fakes import VLLMFake, run_fake
 
@@ -123,3 +124,54 @@ def test_serve_says_clearly_when_the_engine_cannot_serve() -> None:
 def test_serve_rejects_bad_engine_specs() -> None:
     done = _serve("--engine", "vllm:gpu:8000")
     assert done.returncode == 2 and "'gpu:8000' is not an http:// or https:// URL" in done.stderr
+
+
+def test_engine_names_bind_models_and_repeated_names_are_replicas() -> None:
+    config = config_from_args(
+        _parse(
+            [
+                "--engine",
+                "gpt-oss-120b=vllm:http://a:8000",
+                "--engine",
+                "gpt-oss-120b=vllm:http://b:8000",
+                "--engine",
+                "gpt-oss-20b=sglang:http://c:30000",
+            ]
+        )
+    )
+    # No plain --engine and no --model: only the bound names are served.
+    assert config.engine is None and config.served_models == ("gpt-oss-120b", "gpt-oss-20b")
+    assert config.engine_specs("gpt-oss-120b") == ("vllm:http://a:8000", "vllm:http://b:8000")
+    engines = build_engines(config)
+    big, small = engines["gpt-oss-120b"], engines["gpt-oss-20b"]
+    assert isinstance(big, ReplicaSet) and [e.url for e in big.engines] == ["http://a:8000", "http://b:8000"]  # type: ignore[attr-defined]
+    assert isinstance(small, ReplicaSet) and [e.url for e in small.engines] == ["http://c:30000"]  # type: ignore[attr-defined]
+
+
+def test_a_plain_engine_serves_every_model_not_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As before: one engine serving every --model.
+    config = config_from_args(
+        _parse(["--engine", "vllm", "--engine-url", "http://gpu:8000", "--model", "a", "--model", "b"])
+    )
+    assert (config.engine, config.models, config.served_models) == ("vllm", ("a", "b"), ("a", "b"))
+    engines = build_engines(config)
+    assert engines["a"] is engines["b"] and engines["a"].engines[0].url == "http://gpu:8000"  # type: ignore[attr-defined]
+    # A "=" inside a spec is not a binding; a bound name is served besides --model.
+    config = config_from_args(_parse(["--engine", "replay:/runs/a=b.jsonl", "--engine", "small=echo", "--model", "a"]))
+    assert (config.engine, config.served_models, config.engine_specs("small")) == (
+        "replay:/runs/a=b.jsonl",
+        ("a", "small"),
+        ("echo",),
+    )
+    # The environment twin is comma-separated.
+    monkeypatch.setenv("HARMONY_RESPONSES_ENGINE", "m=vllm:http://a:1, m=vllm:http://b:1,llamacpp")
+    config = config_from_args(_parse([]))
+    assert config.engine == "llamacpp" and config.engine_specs("m") == ("vllm:http://a:1", "vllm:http://b:1")
+    assert config.served_models == ("gpt-oss-120b", "gpt-oss-20b", "m")  # the plain engine serves the defaults
+
+
+def test_engine_bindings_that_leave_a_model_without_engine_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert serve(_parse(["--engine", "big=echo", "--model", "other"])) == 2
+    assert "no engine serves other" in capsys.readouterr().err
+    assert serve(_parse(["--engine", "vllm:http://a:1", "--engine", "vllm:http://b:1"])) == 2
+    assert "name them: --engine MODEL=SPEC" in capsys.readouterr().err

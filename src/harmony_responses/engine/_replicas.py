@@ -14,8 +14,8 @@ Choosing a replica (``_choose``):
    plus busier under load, loses the call; a recomputed prefix costs less than queueing behind others).
 3. Otherwise the candidate with the fewest calls in flight; among equals, the one chosen least recently.
 
-The key → replica map is a bounded LRU (``affinity_size`` entries) in this process; keys the call carries
-are re-pointed at the replica that served it.
+The key → replica map is a bounded LRU (``affinity_size`` entries) in this process; when a call is sent,
+its keys are re-pointed at the replica chosen (so the calls of a burst sharing a key follow the first).
 
 Failures. A replica that cannot take a call before its first item (unreachable, timed out, a cut
 connection, an HTTP 5xx) is taken out of service and the call goes to another replica not tried yet; a
@@ -283,6 +283,8 @@ class ReplicaSet(Engine):
             tried.add(replica)
             replica.in_flight += 1
             replica.last_chosen = next(self._clock)
+            # At once, not at the first token: calls of a burst sharing a key follow the first one.
+            self._remember(request, replica)
             stream = replica.engine.generate(request)
             try:
                 try:
@@ -298,7 +300,8 @@ class ReplicaSet(Engine):
                     logger.warning("%s: retrying the call on another replica", self.label)
                     continue
                 self._put_back(replica)  # it answered: in service (a call made while every replica was out)
-                self._remember(request, replica)
+                if isinstance(first, EngineEnd) and first.reason == "error":
+                    self._suspect(replica)
                 yield first
                 async for item in stream:
                     if isinstance(item, EngineEnd) and item.reason == "error":
