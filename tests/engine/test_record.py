@@ -59,7 +59,9 @@ def test_record_then_replay_gives_the_same_streams(tmp_path: Path) -> None:
         recorded = _session(s.root)
     lines = [orjson.loads(line) for line in record.read_text().splitlines()]
     assert len(lines) == len(REQUESTS)
-    assert lines[0]["chunks"][:2] == [3, 3] and lines[0]["cached_tokens"] == 5
+    # Chunks as the adapter read them (the fake's 3-token chunks, several to a read when they come together).
+    assert all(size % 3 == 0 for size in lines[0]["chunks"][:-1]) and lines[0]["cached_tokens"] == 5
+    assert sum(lines[0]["chunks"]) == len(harmony(ANSWER))
     assert lines[1]["chunks"][-1] == 1  # the <|call|> the engine left out, put back as its own chunk
     assert lines[4]["finish"] == "error" and "CUDA error" in lines[4]["error"]
     assert lines[6] == {"finish": "error", "error": lines[6]["error"], "refused": True}

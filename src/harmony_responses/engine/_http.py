@@ -4,7 +4,7 @@
 ``max_connections``, explicit ``ClientTimeout``), so that every stream to one engine shares one
 connection pool, and runs the stream loop every adapter needs:
 
-    POST → status check → SSE/NDJSON lines (``readline``) → adapter's ``StreamReader.feed(obj)``
+    POST → status check → SSE/NDJSON lines (split from each read) → adapter's ``StreamReader.feed(obj)``
          → ``TokenChunk``s → stop id settled → ``EngineEnd``
 
 aiohttp rather than httpx: a burst of 64 concurrent streaming POSTs cost httpx 1.1-1.7 ms of CPU per
@@ -95,6 +95,7 @@ ERROR_EXCERPT = 300
 # The longest streamed line read: vLLM and TensorRT-LLM echo the prompt's ids in their first chunk
 # (about 1 MB for a 131k-token prompt); an engine sending a line without end must not cost unbounded memory.
 MAX_LINE = 16 * 1024 * 1024
+TOO_LONG = f"sent a line longer than {MAX_LINE >> 20} MiB"
 
 # Every aiohttp exception → (our class, what happened), most specific first (looked up along the MRO).
 # A test checks that every exception class aiohttp exports has its own entry, so that a new one cannot
@@ -134,7 +135,7 @@ CLIENT_ERRORS: dict[type[Exception], tuple[type[EngineError], str]] = {
     aiohttp.WSServerHandshakeError: (EngineProtocolError, "the WebSocket handshake failed"),
     aiohttp.ClientResponseError: (EngineProtocolError, "the engine's answer is not valid HTTP"),
     aiohttp.ClientError: (EngineError, "HTTP error"),
-    LineTooLong: (EngineProtocolError, f"sent a line longer than {MAX_LINE >> 20} MiB"),
+    LineTooLong: (EngineProtocolError, TOO_LONG),
     HttpProcessingError: (EngineProtocolError, "HTTP protocol error"),
     aiohttp.EofStream: (EngineProtocolError, "the response ended early"),
     aiohttp.WSMessageTypeError: (EngineProtocolError, "unexpected WebSocket message"),
@@ -656,45 +657,73 @@ class HTTPEngine(Engine):
                                 continue
                             may_run = False
                             raise error
-                        readline = response.content.readline
+                        # Whatever the socket delivered, split into lines here rather than one
+                        # ``readline`` await per line: that costs several Python calls and an await per
+                        # token, and under load one read holds many lines, whose tokens then go on as one
+                        # chunk (the translator is chunking-invariant).
+                        read = response.content.readany
+                        tail = b""
                         done = False
                         while True:
                             watchdog.reading = loop_time()
-                            line = await readline(max_line_length=MAX_LINE)
-                            if not line:
-                                break  # the end of the body (every line read keeps its b"\n")
+                            data = await read()
                             watchdog.reading = None
-                            # SSE "data: {...}"; NDJSON "{...}"; comments, event names and blank lines skipped.
-                            if line.startswith(b"data:"):
-                                payload = line[5:].strip()
-                            elif line.startswith(b"{"):
-                                payload = line
+                            if data:
+                                lines = (tail + data if tail else data).split(b"\n")
+                                tail = lines.pop()
+                                if len(tail) > MAX_LINE:
+                                    raise EngineProtocolError(f"{label}: {TOO_LONG}")
+                            elif tail:
+                                lines, tail = [tail], b""  # the body's last line, without its newline
                             else:
-                                continue
-                            if not payload or done:
-                                continue
-                            if payload == b"[DONE]":
-                                # Read on to the end of the body (the terminating chunk): a response read to
-                                # its end returns its connection to the pool; one closed early is dropped,
-                                # and the next request pays a new connection (a resolver round trip too).
-                                done = True
-                                continue
+                                break  # the end of the body
+                            chunks: list[TokenChunk] = []
                             try:
-                                obj = orjson.loads(payload)
-                            except orjson.JSONDecodeError:
-                                text = line.decode(errors="replace").rstrip()
-                                raise EngineProtocolError(
-                                    f"{label}: sent a line that is not JSON: {_excerpt(text)}"
-                                ) from None
-                            chunk = reader.feed(obj)
-                            if chunk is not None:
+                                for line in lines:
+                                    if len(line) > MAX_LINE:
+                                        raise EngineProtocolError(f"{label}: {TOO_LONG}")
+                                    # SSE "data: {...}"; NDJSON "{...}"; comments, event names and blank
+                                    # lines skipped.
+                                    if line.startswith(b"data:"):
+                                        payload = line[5:].strip()
+                                    elif line.startswith(b"{"):
+                                        payload = line
+                                    else:
+                                        continue
+                                    if not payload or done:
+                                        continue
+                                    if payload == b"[DONE]":
+                                        # Read on to the end of the body (the terminating chunk): a
+                                        # response read to its end returns its connection to the pool;
+                                        # one closed early is dropped, and the next request pays a new
+                                        # connection (a resolver round trip too).
+                                        done = True
+                                        continue
+                                    try:
+                                        obj = orjson.loads(payload)
+                                    except orjson.JSONDecodeError:
+                                        text = line.decode(errors="replace").rstrip()
+                                        raise EngineProtocolError(
+                                            f"{label}: sent a line that is not JSON: {_excerpt(text)}"
+                                        ) from None
+                                    chunk = reader.feed(obj)
+                                    if chunk is not None:
+                                        chunks.append(chunk)
+                            except Exception as exc:
+                                failure: Exception | None = exc  # what came before the bad line goes on first
+                            else:
+                                failure = None
+                            if chunks:
                                 if not yielded:
                                     watchdog.got_first()
                                     yielded = True
-                                yield chunk
-                                # The server may read the first item in the request's task and the rest in
-                                # a pump task of its own: the watchdog cancels whichever task waits now.
+                                for chunk in merge_chunks(chunks):
+                                    yield chunk
+                                # The server may read the first item in the request's task and the rest
+                                # in a pump task of its own: the watchdog cancels whichever task waits now.
                                 watchdog.task = current_task()  # type: ignore[assignment]
+                            if failure is not None:
+                                raise failure
                     except asyncio.CancelledError:
                         if watchdog.fired is not None and watchdog.task.uncancel() == 0:
                             raise EngineTimeout(f"{label}: {watchdog.fired}") from None
@@ -748,6 +777,18 @@ class HTTPEngine(Engine):
 
 
 _JSON = {"content-type": "application/json"}
+
+
+def merge_chunks(chunks: list[TokenChunk]) -> list[TokenChunk]:
+    """The chunks of one read as one chunk (several when only some of them carry logprobs)."""
+    if len(chunks) == 1:
+        return chunks
+    with_logprobs = [c.logprobs is not None for c in chunks]
+    if any(with_logprobs) and not all(with_logprobs):
+        return chunks
+    ids = [i for c in chunks for i in c.token_ids]
+    logprobs = [lp for c in chunks for lp in c.logprobs or ()] if with_logprobs[0] else None
+    return [TokenChunk(token_ids=ids, logprobs=logprobs)]
 
 
 async def _read_bounded(response: aiohttp.ClientResponse, limit: int = 64 * 1024) -> bytes:
