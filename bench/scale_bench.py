@@ -1,0 +1,148 @@
+"""Scale benchmark (issue 15): many streams through 1 and 2 worker processes and 2 engine replicas.
+
+Run: ``python bench/scale_bench.py``. vLLM fakes (``_vllm_fake.py``) stream a final answer one token per
+chunk; the client (``_latency_client.py``, its own process) sends 64 or 256 streaming requests at once and
+notes when each text token arrives. Readers, all in the same run:
+
+- the bare pass-through proxy (``_bare_proxy.py``: uvicorn and aiohttp and nothing else), the floor;
+- our server, one process (``--engine vllm:URL``);
+- our server, ``--workers 2``;
+- our server, one process, the model bound to two replicas (``--engine NAME=vllm:A --engine NAME=vllm:B``,
+  each fake serving half the streams): what routing costs.
+
+Figures per reader: text tokens per second over the whole burst (all tokens / the last one's arrival),
+the servers' CPU per token (all their processes), first token p50/p99, and first-token p50 as a ratio to
+the bare proxy's in the same run (target: within 1.25× at 64 and 256 streams, flat out and paced).
+
+Two runs: the fakes streaming as fast as they can, and paced at 10 ms per token. Everything shares this
+machine's cores: the fakes and the client take their part, so absolute figures are this machine's, the
+ratios the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from engine_bench import BIN, HERE, INPUT, completion, free_port, pct, wait_healthy
+from harmony_responses.render import render_request
+
+MODEL = "gpt-oss-20b"
+STREAMS = (64, 256)
+REPEATS = 2
+# Our readers: their engine arguments, given the two fakes' specs.
+OURS = {
+    "ours, 1 process": lambda a, b: ["--engine", a],
+    "ours, 2 workers": lambda a, b: ["--engine", a, "--workers", "2"],
+    "ours, 2 replicas": lambda a, b: ["--engine", f"{MODEL}={a}", "--engine", f"{MODEL}={b}"],
+}
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process and all its descendants so far (Linux)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def ours(port: int, engine_args: list[str]) -> list[str]:
+    serve = [str(BIN / "harmony-responses"), "serve", "--port", str(port), "--model", MODEL]
+    return [*serve, "--log-level", "warning", "--current-date", "2025-06-01", *engine_args]
+
+
+def burst(mode: str, url: str, streams: int, body: Path) -> list[list[float]]:
+    argv = [sys.executable, str(HERE / "_latency_client.py"), mode, url, str(streams), str(REPEATS), str(body)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    prompt = render_request({"input": INPUT}, current_date="2025-06-01").token_ids
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        direct = {
+            "model": "openai/gpt-oss-20b",
+            "prompt": list(prompt),
+            "max_tokens": 4096,
+            "stream": True,
+            "return_token_ids": True,
+            "stop_token_ids": [200002, 200012],
+        }
+        (work / "direct.json").write_text(json.dumps(direct))
+        (work / "ours.json").write_text(json.dumps({"model": MODEL, "input": INPUT, "stream": True, "store": False}))
+        for pace_ms, n_text in ((0, 400), (10, 100)):
+            (work / "tokens.json").write_text(json.dumps(completion(n_text)))
+            fake_a, fake_b = free_port(), free_port()
+            procs: dict[str, subprocess.Popen[bytes]] = {}
+            for name, port in (("fake a", fake_a), ("fake b", fake_b)):
+                procs[name] = subprocess.Popen(
+                    [sys.executable, str(HERE / "_vllm_fake.py"), str(port), str(work / "tokens.json"), str(pace_ms)],
+                    stderr=subprocess.DEVNULL,
+                )
+            engine_a, engine_b = f"vllm:http://127.0.0.1:{fake_a}", f"vllm:http://127.0.0.1:{fake_b}"
+            ports = {name: free_port() for name in ("bare proxy", *OURS)}
+            readers = {
+                "bare proxy": (
+                    "direct",
+                    "/v1/completions",
+                    [sys.executable, str(HERE / "_bare_proxy.py"), str(ports["bare proxy"]), engine_a[5:]],
+                ),
+                **{
+                    name: ("ours", "/v1/responses", ours(ports[name], args(engine_a, engine_b)))
+                    for name, args in OURS.items()
+                },
+            }
+            for name, (_, _, cmd) in readers.items():
+                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                for name, proc in procs.items():
+                    port = {"fake a": fake_a, "fake b": fake_b}.get(name) or ports[name]
+                    wait_healthy(f"http://127.0.0.1:{port}", proc)
+                label = "as fast as they can" if not pace_ms else f"paced at {pace_ms} ms per token"
+                print(f"\nvLLM fakes streaming {n_text} text tokens per stream, {label}")
+                print(
+                    f"  {'streams':>7}  {'reading':<18} {'tokens/s':>9} {'CPU µs/token':>12} "
+                    f"{'first p50 ms':>12} {'p99 ms':>8} {'p50 ÷ bare':>10}"
+                )
+                for streams in STREAMS:
+                    floor = None
+                    for name, (mode, path, _) in readers.items():
+                        body = work / ("direct.json" if mode == "direct" else "ours.json")
+                        url = f"http://127.0.0.1:{ports[name]}{path}"
+                        cpu = tree_cpu(procs[name].pid)
+                        runs = burst(mode, url, streams, body)
+                        used = tree_cpu(procs[name].pid) - cpu
+                        tokens = sum(map(len, runs))
+                        # Each burst's wall time is its slowest stream's last token (all are sent at once).
+                        bursts = [runs[i : i + streams] for i in range(0, len(runs), streams)]
+                        wall = sum(max(r[-1] for r in b if r) for b in bursts)
+                        first = [r[0] for r in runs if r]
+                        p50, p99 = pct(first, 0.5), pct(first, 0.99)
+                        floor = floor or p50
+                        print(
+                            f"  {streams:>7}  {name:<18} {tokens / wall:>9,.0f} {used / tokens * 1e6:>12.1f} "
+                            f"{p50:>12.1f} {p99:>8.1f} {p50 / floor:>10.2f}"
+                        )
+            finally:
+                for proc in procs.values():
+                    proc.terminate()
+                for proc in procs.values():
+                    proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
