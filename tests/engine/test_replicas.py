@@ -401,3 +401,24 @@ def test_a_burst_of_readiness_probes_reaches_the_engine_once_and_needs_no_key() 
         assert asyncio.run(burst()) == [200] * 20  # no bearer token needed
         assert fake.health_checks - before == 1
         assert httpx.get(f"{root}/v1/models").status_code == 401  # the API itself still needs the key
+
+
+def test_processes_sharing_replicas_send_a_prompt_cache_key_to_the_same_one() -> None:
+    # Two of our servers (as --workers runs them) in front of the same two replicas, sharing no state.
+    with (
+        replicas(VLLMFake(), VLLMFake()) as (a, b),
+        our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}")) as first,
+        our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}")) as second,
+        client(first) as one,
+        client(second) as two,
+    ):
+        keys = [f"session-{i}" for i in range(16)]
+
+        def replica_of(c: OpenAI, key: str) -> str:
+            reply = c.responses.create(model=MODEL, input="hi", prompt_cache_key=key, store=False)
+            return "a" if reply.id in a.ids else "b"
+
+        by_first = {key: replica_of(one, key) for key in keys}
+        by_second = {key: replica_of(two, key) for key in reversed(keys)}  # another order: turns would differ
+        assert by_first == by_second
+        assert set(by_first.values()) == {"a", "b"}  # the keys are spread over both

@@ -12,10 +12,15 @@ Choosing a replica (``_choose``):
    is out, or when it has more calls in flight than the least busy candidate by more than
    ``max(affinity_slack, least // 2)`` (4 by default: a replica 5 calls busier than an idle one, or 50%
    plus busier under load, loses the call; a recomputed prefix costs less than queueing behind others).
-3. Otherwise the candidate with the fewest calls in flight; among equals, the one chosen least recently.
+3. A key this process has not seen (a conversation or ``prompt_cache_key`` whose earlier turns another
+   worker process served, or that is new) goes to the replica its rendezvous hash prefers, with the same
+   slack: every process sharing the replicas picks the same one, without sharing any state.
+4. Otherwise the candidate with the fewest calls in flight; among equals, the one chosen least recently.
 
 The key → replica map is a bounded LRU (``affinity_size`` entries) in this process; when a call is sent,
-its keys are re-pointed at the replica chosen (so the calls of a burst sharing a key follow the first).
+its keys are re-pointed at the replica chosen (so the calls of a burst sharing a key follow the first). A
+previous response is found through this map only: a follow-up that another process generated falls to
+its conversation or ``prompt_cache_key`` (hashed), else to the least busy replica.
 
 Failures. A replica that cannot take a call before its first item (unreachable, timed out, a cut
 connection, an HTTP 5xx) is taken out of service and the call goes to another replica not tried yet; a
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 from collections import OrderedDict
@@ -60,6 +66,8 @@ AFFINITY_SLACK = 4
 AFFINITY_SIZE = 100_000
 PROBE_DELAY = 0.5
 PROBE_MAX_DELAY = 15.0
+# Keys a client sends with every turn (unlike a response id, which only the process that made it knows).
+HASHED_KEYS = ("conversation:", "prompt_cache_key:")
 
 
 def is_outage(exc: EngineError) -> bool:
@@ -70,10 +78,12 @@ def is_outage(exc: EngineError) -> bool:
 
 
 class _Replica:
-    __slots__ = ("engine", "error", "in_flight", "last_chosen", "probing", "up")
+    __slots__ = ("engine", "error", "identity", "in_flight", "last_chosen", "probing", "up")
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # What the rendezvous hash knows it by: its description before start, the same in every process.
+        self.identity = engine.describe().encode()
         self.in_flight = 0
         self.last_chosen = 0
         self.up = True
@@ -266,6 +276,12 @@ class ReplicaSet(Engine):
             replica = self._affinity.get(key)
             if replica is not None and replica in candidates and replica.in_flight - least <= slack:
                 return replica
+        for key in request.affinity:
+            if key.startswith(HASHED_KEYS) and key not in self._affinity:
+                replica = max(candidates, key=lambda r: _rendezvous(key, r.identity))
+                if replica.in_flight - least <= slack:
+                    return replica
+                break
         return min(candidates, key=lambda r: (r.in_flight, r.last_chosen))
 
     def _remember(self, request: GenerateRequest, replica: _Replica) -> None:
@@ -311,3 +327,9 @@ class ReplicaSet(Engine):
             finally:
                 replica.in_flight -= 1
                 await stream.aclose()
+
+
+def _rendezvous(key: str, identity: bytes) -> bytes:
+    # Highest random weight: a replica leaving moves only its own keys. blake2b, not hash(): the same in
+    # every process (str hashes are salted per process).
+    return hashlib.blake2b(key.encode() + b"\0" + identity, digest_size=8).digest()
