@@ -27,7 +27,7 @@ from api.helpers import MODEL, sse_events, write_script
 from translate.invariants import check_stream
 
 WORDS = 400
-SLOW = {"harmony": "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>", "delay_ms": 15}
+SLOW = {"harmony": "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>", "delay_ms": 25}
 BIN = Path(sys.executable).parent / "harmony-responses"
 
 
@@ -134,7 +134,7 @@ def two_producers(server: Workers, store: str) -> dict[int, str]:
 
 def test_two_workers_serve_one_port_and_one_store(store_spec: str, started: list[Workers], tmp_path: Path) -> None:
     script = write_script(tmp_path / "slow.jsonl", [SLOW])
-    server = Workers("--workers", "2", "--store", store_spec, "--engine", script)
+    server = Workers("--workers", "2", "--store", store_spec, "--engine", script, "--shutdown-grace", "1")
     started.append(server)
     assert "  workers: 2 processes on this port\n" in server.banner
     workers = worker_pids(server.process.pid)
@@ -174,8 +174,8 @@ def test_deleting_a_response_another_worker_runs_stops_it(
     store_spec: str, started: list[Workers], tmp_path: Path
 ) -> None:
     """DELETE of a running response stops its producer wherever it runs: its output is not kept afterwards."""
-    script = write_script(tmp_path / "slow.jsonl", [{**SLOW, "delay_ms": 5}])
-    server = Workers("--workers", "2", "--store", store_spec, "--engine", script)
+    script = write_script(tmp_path / "slow.jsonl", [{**SLOW, "delay_ms": 10}])
+    server = Workers("--workers", "2", "--store", store_spec, "--engine", script, "--shutdown-grace", "1")
     started.append(server)
     produced = two_producers(server, store_spec)
     items: dict[str, str] = {}
@@ -186,8 +186,9 @@ def test_deleting_a_response_another_worker_runs_stops_it(
                     if line.startswith("data: ") and "response.output_item.added" in line:
                         items[response_id] = line.split('"id":"')[1].split('"')[0]
                         break
+        assert server.request("GET", f"/v1/responses/{response_id}").json()["status"] == "in_progress"
         assert server.request("DELETE", f"/v1/responses/{response_id}").status_code == 200
-    time.sleep(WORDS * 0.005 + 1)  # as long as the responses would have taken to finish
+    time.sleep(WORDS * 0.010 + 1)  # as long as the responses would have taken to finish
     for response_id, item_id in items.items():
         assert server.request("GET", f"/v1/responses/{response_id}").status_code == 404
         body = {"model": MODEL, "input": [{"type": "item_reference", "id": item_id}]}
@@ -293,3 +294,45 @@ def test_workers_that_cannot_start_exit_as_one_process_does(tmp_path: Path) -> N
     assert message and message[0].startswith("harmony-responses serve: the engine cannot serve: ")
     assert [line for line in two_err.splitlines() if line.startswith("harmony-responses serve:")] == message
     assert "listening on" not in one_out + two_out
+
+
+def pinned_clients(server: Workers, store: str) -> tuple[httpx.Client, httpx.Client]:
+    """Two kept-alive connections served by different workers (each told apart by the response it produced)."""
+
+    def producer(client: httpx.Client) -> int | None:
+        reply = client.post("/v1/responses", json={"model": MODEL, "input": "Hi", "background": True})
+        return producer_pid(store, reply.json()["id"])
+
+    first = httpx.Client(base_url=server.base_url, timeout=30)
+    pid = producer(first)
+    for _ in range(40):
+        other = httpx.Client(base_url=server.base_url, timeout=30)
+        if producer(other) != pid:
+            return first, other
+        other.close()
+    first.close()
+    raise AssertionError("every connection went to one worker")
+
+
+def test_a_foreground_stream_deleted_through_another_worker_ends_cancelled(
+    store_spec: str, started: list[Workers], tmp_path: Path
+) -> None:
+    script = write_script(tmp_path / "slow.jsonl", [SLOW])
+    server = Workers("--workers", "2", "--store", store_spec, "--engine", script, "--shutdown-grace", "1")
+    started.append(server)
+    here, there = pinned_clients(server, store_spec)
+    try:
+        body = {"model": MODEL, "input": "fg", "stream": True}
+        with here.stream("POST", "/v1/responses", json=body) as stream:
+            lines = stream.iter_lines()
+            created = next(line for line in lines if line.startswith("data: "))
+            response_id = created.split('"id":"')[1].split('"')[0]
+            assert there.delete(f"/v1/responses/{response_id}").status_code == 200
+            rest = [line for line in lines if line.startswith("event: ")]
+        # The producing worker stopped it when the other deleted it: the stream ended there, cancelled.
+        assert rest[-1] == "event: response.incomplete" and len(rest) < WORDS, rest[-3:]
+        assert here.get(f"/v1/responses/{response_id}").status_code == 404
+        assert there.get(f"/v1/responses/{response_id}").status_code == 404
+    finally:
+        here.close()
+        there.close()
