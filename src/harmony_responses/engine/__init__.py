@@ -12,6 +12,7 @@ from ._base import (
     EngineTimeout,
     EngineUnavailable,
     GenerateRequest,
+    ToolGrammar,
 )
 from ._echo import EchoEngine
 from ._http import HTTPEngine
@@ -51,6 +52,7 @@ __all__ = [
     "SGLangEngine",
     "ScriptedCall",
     "TRTLLMEngine",
+    "ToolGrammar",
     "VLLMEngine",
     "engine_from_spec",
     "fake_logprobs",

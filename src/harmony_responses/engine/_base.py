@@ -38,6 +38,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "GenerateRequest",
+    "ToolGrammar",
 ]
 
 # <|call|> and <|return|>: what the sampler must stop on (harmony.md §1). Never <|end|>: the model
@@ -111,6 +112,18 @@ class EngineMismatch(EngineError):
     """The start-up check found an engine that answers but cannot serve Harmony as configured."""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolGrammar:
+    """A declared custom tool's input grammar: ``functions.{name}``'s ``input`` must match it.
+
+    ``syntax`` is the tool's ``format.syntax`` (``"lark"`` or ``"regex"``), ``definition`` its grammar.
+    """
+
+    name: str
+    syntax: str
+    definition: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class GenerateRequest:
     """One engine call: a rendered prompt and how to sample its continuation.
@@ -122,6 +135,7 @@ class GenerateRequest:
         top_logprobs: None for no logprobs; 0..20 for per-token logprobs with that many alternatives.
         stop_token_ids: ids the engine stops on; the stop id is included in the output.
         response_schema: the ``text.format`` JSON schema, for engines that constrain the final channel.
+        tool_grammars: the declared custom tools' grammars, for engines that constrain a call's input.
         request_id: for the engine's logs and abort endpoints.
         affinity: what ties this call to earlier ones, most specific first (``response:ID`` of the previous
             response, ``conversation:ID``, ``prompt_cache_key:KEY``): an engine with several replicas sends
@@ -139,6 +153,7 @@ class GenerateRequest:
     top_logprobs: int | None = None
     stop_token_ids: tuple[int, ...] = HARMONY_STOP_TOKEN_IDS
     response_schema: dict[str, object] | None = None
+    tool_grammars: tuple[ToolGrammar, ...] = ()
     request_id: str | None = None
     affinity: tuple[str, ...] = ()
 

@@ -456,8 +456,9 @@ class HTTPEngine(Engine):
         self.url = url[:-3] if url.endswith("/v1") else url
         self.model: str | None = self.options.model
         self.label = f"{self.name} at {self.url}"
-        # Constrain the final channel to text.format's schema where the adapter can; switched off for
-        # good when the engine refuses the constraint (an older version).
+        # Constrain the final channel to text.format's schema and custom tools' input to their grammars
+        # where the adapter can (_constrain.py); switched off for good when the engine refuses the
+        # constraint (an older version).
         self.constrain_final = True
         self._client: aiohttp.ClientSession | None = None
 
@@ -488,7 +489,7 @@ class HTTPEngine(Engine):
         """Tell the engine to stop ``reader.rid`` (called after the connection is closed, bounded in time)."""
 
     def constrains(self, reader: StreamReader) -> bool:
-        """Whether ``body(reader)`` asks the engine to constrain the final channel to a JSON schema."""
+        """Whether ``body(reader)`` asks the engine to constrain part of the output (``_constrain.py``)."""
         return False
 
     # ------------------------------------------------------------------ lifetime
@@ -650,7 +651,7 @@ class HTTPEngine(Engine):
                             error = refused(label, response.status, await _read_bounded(response))
                             response.release()  # back to the pool when the body was read to its end
                             if constrained and response.status == 400 and self.constrain_final:
-                                # This engine version does not take our final-channel constraint: go on
+                                # This engine version does not take our constraint: go on
                                 # without it (the strict-schema check after generation still applies).
                                 self.constrain_final = False
                                 logger.warning("%s; generating without constrained decoding from now on", error)
@@ -832,22 +833,6 @@ def _alternative_id(alt: Any) -> int | None:
     if isinstance(token, str) and token.startswith("token_id:") and token[9:].isdigit():
         return int(token[9:])
     return None
-
-
-def final_channel_tag(schema: dict[str, Any]) -> dict[str, Any]:
-    """A structural tag constraining only the final answer to ``schema`` (engines.md §2.1).
-
-    Constraining the whole completion would also constrain the Harmony headers and the analysis; the
-    tag starts at the final channel's header. Its ``end`` is empty: the grammar backends (xgrammar in
-    vLLM and SGLang) match ``end`` as text, so ``"<|return|>"`` there made a grammar-following sampler
-    spell those ten characters before it could stop; with no ``end`` the structure closes with the JSON
-    value and the stop token ``<|return|>`` ends generation as usual.
-    """
-    return {
-        "type": "structural_tag",
-        "structures": [{"begin": "<|channel|>final<|message|>", "schema": schema, "end": ""}],
-        "triggers": ["<|channel|>final"],
-    }
 
 
 def max_new_tokens(request: GenerateRequest, context_length: int | None) -> int:

@@ -25,8 +25,10 @@ Sampling is sent in full (``PLAIN_SAMPLING``): llama-server otherwise samples wi
 ``general.sampling.*`` recommendations, sampler order included. Logprobs come id-keyed in
 ``completion_probabilities`` (pre-sampling, ``post_sampling_probs`` off). Cached prompt tokens are
 ``timings.cache_n`` (else the prompt's length less ``timings.prompt_n``). Closing the connection
-aborts. No ``text.format`` constraint: llama.cpp's grammars constrain the whole output, Harmony
-headers included.
+aborts. Custom tools' grammars go as a lazy grammar triggered at a call's recipient (``grammar``,
+``grammar_lazy``, ``grammar_triggers``: _constrain.py), which holds the rest of the generation, the call.
+No ``text.format`` constraint: a grammar triggered at the final channel's header would do, but the schema
+would first have to become GBNF.
 
 Start-up check: ``/health`` (503 while the model loads: retried with ``--engine-start-wait``), ``/props``
 (``role: "router"`` in router mode, ``--models-dir``, where every call names its model), ``/v1/models``
@@ -47,6 +49,7 @@ from urllib.parse import quote
 from ..tokens import TokenChunk, TokenLogprob
 from ..vocab import load_vocabulary
 from ._base import EngineMismatch, EngineProtocolError, EngineRefused
+from ._constrain import lazy_grammar
 from ._http import (
     HARMONY_PROBE,
     LOGPROB_FLOOR,
@@ -264,9 +267,15 @@ class LlamaCppEngine(HTTPEngine):
             # n_probs 0 means no probabilities at all: ask for one to get the sampled token's.
             body["n_probs"] = max(1, request.top_logprobs)
             body["post_sampling_probs"] = False
+        grammar = lazy_grammar(request) if self.constrain_final else None
+        if grammar is not None:
+            body.update(grammar)
         if self.model is not None:
             body["model"] = self.model
         return body
+
+    def constrains(self, reader: StreamReader) -> bool:
+        return self.constrain_final and lazy_grammar(reader.request) is not None
 
     async def check(self) -> None:
         await self.get_ok("/health")

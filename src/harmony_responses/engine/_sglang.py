@@ -14,8 +14,9 @@ Cancelling calls ``POST /abort_request`` with the request's ``rid`` besides clos
 Sampling is sent in full (temperature 1, top_p 1, top_k -1 and min_p 0: off; no penalties): the server's
 ``--preferred-sampling-params`` fills every field a request leaves out. Validation errors (a prompt or a
 ``max_new_tokens`` over the context) come inside a 200 stream as ``{"error": {"message", "type",
-"code": 400}}``; ``refused`` maps them by their code. The ``text.format`` schema goes in
-``sampling_params.structural_tag``, starting at the final channel. Start-up check: ``/health`` (503 while
+"code": 400}}``; ``refused`` maps them by their code. The ``text.format`` schema and custom
+tools' grammars go in ``sampling_params.structural_tag``, starting at the final channel and at a call's
+header (_constrain.py). Start-up check: ``/health`` (503 while
 the server warms up), ``/v1/models`` (the model name; its ``max_model_len`` becomes ``context_window``)
 and ``/detokenize`` with ``skip_special_tokens: false`` (SGLang's default, true, answers ``""`` for
 Harmony's special tokens). A server started with ``--skip-tokenizer-init`` has no tokenizer: its
@@ -32,12 +33,12 @@ import orjson
 
 from ..tokens import TokenChunk, TokenLogprob
 from ._base import EngineError, EngineMismatch, EngineProtocolError, EngineRefused
+from ._constrain import structural_tag
 from ._http import (
     HARMONY_PROBE,
     HTTPEngine,
     StreamReader,
     _logprob,
-    final_channel_tag,
     max_new_tokens,
     refused,
     token_ids,
@@ -138,7 +139,7 @@ class SGLangEngine(HTTPEngine):
         return _Reader(request, self.label)
 
     def constrains(self, reader: StreamReader) -> bool:
-        return self.constrain_final and reader.request.response_schema is not None
+        return self.constrain_final and structural_tag(reader.request) is not None
 
     def body(self, reader: StreamReader) -> dict[str, Any]:
         request = reader.request
@@ -153,9 +154,9 @@ class SGLangEngine(HTTPEngine):
             sampling["temperature"] = request.temperature
         if request.top_p is not None:
             sampling["top_p"] = request.top_p
-        if self.constrains(reader):
-            assert request.response_schema is not None
-            sampling["structural_tag"] = orjson.dumps(final_channel_tag(request.response_schema)).decode()
+        tag = structural_tag(request) if self.constrain_final else None
+        if tag is not None:
+            sampling["structural_tag"] = orjson.dumps(tag).decode()
         body: dict[str, Any] = {
             "input_ids": request.prompt_ids,
             "rid": reader.rid,

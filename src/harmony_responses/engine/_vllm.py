@@ -21,8 +21,9 @@ Sampling is sent in full (temperature 1, top_p 1, top_k and min_p off, no repeti
 request says): vLLM fills every field a request leaves out from the model's ``generation_config.json``
 (unless the server runs with ``--generation-config vllm``), and published checkpoints ship sampling
 defaults there. Logprobs are asked for with ``return_tokens_as_token_ids`` so that alternatives are
-keyed by id. The ``text.format`` schema goes in ``structured_outputs.structural_tag`` (on both endpoints),
-starting at the final channel. Start-up check: ``/health``, ``/v1/models`` (the model name; its
+keyed by id. The ``text.format`` schema and custom tools' grammars go in
+``structured_outputs.structural_tag`` (on both endpoints), starting at the final channel and at a call's
+header (_constrain.py). Start-up check: ``/health``, ``/v1/models`` (the model name; its
 ``max_model_len`` becomes ``context_window``) and ``/detokenize`` of Harmony's special tokens, which
 answers 400 on a ``--tokens-only`` server (no tokenizer): there the check rests on the generate route.
 """
@@ -36,11 +37,11 @@ import orjson
 
 from ..tokens import TokenChunk
 from ._base import EngineMismatch, EngineProtocolError, EngineRefused
+from ._constrain import structural_tag
 from ._http import (
     HARMONY_PROBE,
     HTTPEngine,
     StreamReader,
-    final_channel_tag,
     max_new_tokens,
     parse_chat_logprobs,
     parse_completion_logprobs,
@@ -143,7 +144,7 @@ class VLLMEngine(HTTPEngine):
         return cls(request, self.label)
 
     def constrains(self, reader: StreamReader) -> bool:
-        return self.constrain_final and reader.request.response_schema is not None
+        return self.constrain_final and structural_tag(reader.request) is not None
 
     def body(self, reader: StreamReader) -> dict[str, Any]:
         request = reader.request
@@ -159,9 +160,8 @@ class VLLMEngine(HTTPEngine):
             sampling["top_p"] = request.top_p
         if request.top_logprobs is not None:
             sampling["logprobs"] = request.top_logprobs
-        if self.constrains(reader):
-            assert request.response_schema is not None
-            tag = final_channel_tag(request.response_schema)
+        tag = structural_tag(request) if self.constrain_final else None
+        if tag is not None:
             # A field of vLLM's SamplingParams: the completions body and generate's sampling_params take it alike.
             sampling["structured_outputs"] = {"structural_tag": orjson.dumps(tag).decode()}
         if self.path == GENERATE_PATH:

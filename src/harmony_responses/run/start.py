@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..engine import Engine, GenerateRequest
+from ..engine import Engine, GenerateRequest, ToolGrammar
 from ..errors import APIError
 from ..ids import random_id
 from ..offload import offload
@@ -74,6 +74,20 @@ def _browser_session(web_search: WebSearch | None, request: ResponseRequest) -> 
         return None
     include_sources = "web_search_call.action.sources" in request.options.include
     return web_search.session(declared[0], include_sources=include_sources)
+
+
+def _tool_grammars(model_request: dict[str, Any]) -> tuple[ToolGrammar, ...]:
+    """The grammars of the custom tools the prompt declares, for engines that constrain a call's input."""
+    if model_request.get("tool_choice") == "none":
+        return ()
+    out = []
+    for tool in model_request.get("tools") or ():
+        fmt = tool.get("format") if isinstance(tool, dict) and tool.get("type") == "custom" else None
+        if isinstance(fmt, dict) and fmt.get("type") == "grammar" and fmt.get("syntax") in ("lark", "regex"):
+            name, definition = tool.get("name"), fmt.get("definition")
+            if isinstance(name, str) and isinstance(definition, str):
+                out.append(ToolGrammar(name=name, syntax=fmt["syntax"], definition=definition))
+    return tuple(out)
 
 
 async def _prepare_mcp(model_request: dict[str, Any], options: McpOptions) -> McpPlan:
@@ -391,6 +405,7 @@ async def build_run(
             top_p=options.top_p,
             top_logprobs=options.top_logprobs,
             response_schema=options.response_schema,
+            tool_grammars=_tool_grammars(model_request),
             request_id=response_id,
             affinity=affinity_keys(request),
         )
