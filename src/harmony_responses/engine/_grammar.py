@@ -437,7 +437,7 @@ def input_grammar(syntax: str, definition: str, prefix: str = "") -> str | None:
     lines = [
         f'{prefix}root ::= "{{" {prefix}ws "\\u0022input\\u0022" {prefix}ws ":" {prefix}ws "\\u0022" {prefix}r0 '
         f'"\\u0022" {prefix}ws "}}"',
-        f"{prefix}ws ::= [ \\t\\n\\r]*",
+        f"{prefix}ws ::= [ \\t\\n\\r]{{0,20}}",
     ]
     lines += [f"{rule} ::= {body}" for rule, body in rules.items()]
     return "\n".join(lines) + "\n"
