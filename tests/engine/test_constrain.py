@@ -15,43 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
+from real_engines.grammars import APPLY_PATCH, TICKET
+
 from .ebnf import accepts
 from .fakes import LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
 from .helpers import stack
 
-# Codex's apply_patch grammar (codex-rs, tool_apply_patch.lark), as Codex declares the tool.
-APPLY_PATCH_LARK = """start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"""
-APPLY_PATCH = {
-    "type": "custom",
-    "name": "apply_patch",
-    "description": "Edit files.",
-    "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_LARK},
-}
-TICKET = {
-    "type": "custom",
-    "name": "ticket",
-    "description": "Open a ticket.",
-    "format": {"type": "grammar", "syntax": "regex", "definition": r"^[A-Z]{2,4}-\d+$"},
-}
+# The regex anchored, with a class escape: both as Python's re reads them.
+TICKET = {**TICKET, "format": {"type": "grammar", "syntax": "regex", "definition": r"^[A-Z]{2,4}-\d+$"}}
 NOTE = {"type": "custom", "name": "note", "description": "Free text.", "format": {"type": "text"}}
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
 TEXT_FORMAT = {"format": {"type": "json_schema", "name": "thing", "schema": SCHEMA, "strict": True}}

@@ -13,58 +13,16 @@ import re
 from typing import Any
 
 from ..gateway import Gateway
+from ..grammars import ADD_ONLY_PATCH, APPLY_PATCH, PATCH, PATCH_WITHOUT_PLUS, TICKET, TICKET_RE, call
 from .conftest import VLLM
 
 MODEL = "gpt-oss-20b"
-# Codex's apply_patch grammar (codex-rs, tool_apply_patch.lark), as Codex declares the tool.
-APPLY_PATCH_LARK = """start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"""
-APPLY_PATCH = {
-    "type": "custom",
-    "name": "apply_patch",
-    "description": "Edit files.",
-    "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_LARK},
-}
-TICKET_RE = r"[A-Z]{2,4}-[0-9]{1,6}"
-TICKET = {
-    "type": "custom",
-    "name": "ticket",
-    "description": "Open a ticket.",
-    "format": {"type": "grammar", "syntax": "regex", "definition": TICKET_RE},
-}
 WEATHER = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-# Add-file hunks only: enough to tell a patch the grammar allows.
-ADD_ONLY_PATCH = re.compile(r"\*\*\* Begin Patch\n(\*\*\* Add File: .+\n(\+.*\n)+)+\*\*\* End Patch\n?")
-
-
-def call(name: str, payload: str, analysis: str = "Calling it.") -> str:
-    return (
-        f"<|channel|>analysis<|message|>{analysis}<|end|><|start|>assistant"
-        f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{payload}<|call|>"
-    )
 
 
 def last_call(client: Any, text: str, tools: list[dict[str, Any]]) -> Any:
@@ -75,12 +33,11 @@ def last_call(client: Any, text: str, tools: list[dict[str, Any]]) -> Any:
 
 def test_a_valid_input_comes_through_unchanged(gateway: Gateway, completions: VLLM) -> None:
     assert completions.script is not None
-    patch = '*** Begin Patch\n*** Add File: docs/a "b".txt\n+Hello\tworld \\o/\n+\n*** End Patch\n'
     # The analysis names the tool: free text, not a call, so it is not held to anything.
-    completions.script.say("case-gram-ok", call("apply_patch", json.dumps({"input": patch}), "Use apply_patch now."))
+    completions.script.say("case-gram-ok", call("apply_patch", json.dumps({"input": PATCH}), "Use apply_patch now."))
     with gateway.client() as client:
         item = last_call(client, "case-gram-ok: add the file", [APPLY_PATCH, TICKET, WEATHER])
-    assert (item.type, item.name, item.input) == ("custom_tool_call", "apply_patch", patch)
+    assert (item.type, item.name, item.input) == ("custom_tool_call", "apply_patch", PATCH)
     (new,) = completions.events("case-gram-ok", "new")
     assert "to=functions.apply_patch " in new["sampling"]["structured_outputs"]  # vLLM's SamplingParams (repr)
 
@@ -96,14 +53,12 @@ def test_an_input_outside_the_regex_is_held_to_it(gateway: Gateway, completions:
 
 def test_a_patch_outside_the_lark_grammar_is_held_to_it(gateway: Gateway, completions: VLLM) -> None:
     assert completions.script is not None
-    # The added line lacks its "+": the grammar allows only "+" there.
-    bad = "*** Begin Patch\n*** Add File: a.txt\nhello\n*** End Patch\n"
-    completions.script.say("case-gram-lark", call("apply_patch", json.dumps({"input": bad})))
+    completions.script.say("case-gram-lark", call("apply_patch", json.dumps({"input": PATCH_WITHOUT_PLUS})))
     with gateway.client() as client:
         item = last_call(client, "case-gram-lark: add it", [APPLY_PATCH])
     assert (item.type, item.name) == ("custom_tool_call", "apply_patch")
     assert ADD_ONLY_PATCH.fullmatch(item.input), item.input
-    assert item.input != bad
+    assert item.input != PATCH_WITHOUT_PLUS
 
 
 def test_other_tools_and_free_text_stay_free(gateway: Gateway, completions: VLLM) -> None:
