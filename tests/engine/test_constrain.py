@@ -122,7 +122,7 @@ def test_llamacpp_lazy_grammar_triggers_at_the_call() -> None:
         sent = s.fake.requests[0]
     assert sent["grammar_lazy"] is True
     patterns = [t["value"] for t in sent["grammar_triggers"]]
-    assert all(t["type"] == "pattern" for t in sent["grammar_triggers"]) and len(patterns) == 2
+    assert all(t["type"] == 2 for t in sent["grammar_triggers"])  # llama.cpp's PATTERN and len(patterns) == 2
     grammar = sent["grammar"]
 
     def constrained(generated: str) -> str | None:

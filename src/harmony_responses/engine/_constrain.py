@@ -40,6 +40,8 @@ _AFTER_RECIPIENT = (" ", "<|channel|>", "<|constrain|>", "<|message|>")
 _MESSAGE = "<|message|>"
 # A recipient that the prompt's prefill has begun: " to=" or " to=functions." at its end.
 _PARTIAL_RECIPIENT = re.compile(r"(?:^|[ >])(to=[A-Za-z0-9_.\-]*)$")
+# llama-server reads a trigger's type as its enum's number (common_grammar_trigger_type): 2 is a regex.
+_PATTERN = 2
 _RECIPIENT_IN_HEADER = re.compile(r"to=functions\.([A-Za-z0-9_\-]+)")
 
 
@@ -176,5 +178,5 @@ def lazy_grammar(request: GenerateRequest) -> dict[str, Any] | None:
         lines.append(call.grammar.rstrip("\n"))
         after = "|".join(_ecma_escape(a) for a in _AFTER_RECIPIENT)
         # The grammar sees the text from the first capture group on: the recipient.
-        patterns.append({"type": "pattern", "value": f"({_ecma_escape(call.rest)})(?:{after})"})
+        patterns.append({"type": _PATTERN, "value": f"({_ecma_escape(call.rest)})(?:{after})"})
     return {"grammar": "\n".join(lines) + "\n", "grammar_lazy": True, "grammar_triggers": patterns}

@@ -33,12 +33,13 @@ JSON-escaped text; lark and ``re`` do the parsing, this module only writes the r
 
 from __future__ import annotations
 
+import array
 import functools
 import logging
 import re
 import re._constants as _sre  # the parser's node kinds
 import re._parser as _sre_parse  # Python's own regex parser (see the docstring)
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["UnsupportedGrammar", "input_grammar"]
@@ -92,20 +93,10 @@ def _intersect(a: Intervals, b: Intervals) -> Intervals:
 
 @functools.cache
 def _category(name: str) -> tuple[tuple[int, int], ...]:
-    """The code points of a regex class (``\\d``, ``\\w``, ``\\s``), as Python's ``re`` matches them on str."""
-    test: Callable[[str], bool] = {
-        "d": str.isdecimal,
-        "w": lambda c: c.isalnum() or c == "_",
-        "s": str.isspace,
-    }[name]
-    ranges: Intervals = []
-    for cp in range(_MAX_UNICODE + 1):
-        if test(chr(cp)):
-            if ranges and ranges[-1][1] == cp - 1:
-                ranges[-1] = (ranges[-1][0], cp)
-            else:
-                ranges.append((cp, cp))
-    return tuple(ranges)
+    """The code points of ``\\d``, ``\\w`` or ``\\s`` as Python's ``re`` matches them on str: found by ``re``
+    itself in a string of every code point (once per process, about 0.2 s for the first)."""
+    every = array.array("I", range(_MAX_UNICODE + 1)).tobytes().decode("utf-32-le", "surrogatepass")
+    return tuple((m.start(), m.end() - 1) for m in re.finditer(f"\\{name}+", every))
 
 
 _CATEGORIES: dict[Any, tuple[str, bool]] = {
@@ -437,7 +428,7 @@ def input_grammar(syntax: str, definition: str, prefix: str = "") -> str | None:
     lines = [
         f'{prefix}root ::= "{{" {prefix}ws "\\u0022input\\u0022" {prefix}ws ":" {prefix}ws "\\u0022" {prefix}r0 '
         f'"\\u0022" {prefix}ws "}}"',
-        f"{prefix}ws ::= [ \\t\\n\\r]{{0,20}}",
+        f"{prefix}ws ::= [ \\t\\n\\r]{{0,8}}",
     ]
     lines += [f"{rule} ::= {body}" for rule, body in rules.items()]
     return "\n".join(lines) + "\n"
