@@ -304,6 +304,36 @@ def test_stored_compaction_continues_with_previous_response_id(serve: Serve) -> 
     assert "18C and sunny" not in model.prompts[2].replace(SUMMARY, "")
 
 
+def test_compaction_in_a_conversation(serve: Serve) -> None:
+    model = Scripted(SUMMARY_COMPLETION, ANSWER)
+    client = openai_client(serve(model.engine))
+    conversation = client.conversations.create(items=CONVERSATION)  # type: ignore[arg-type]
+
+    compacted = client.responses.create(
+        model=MODEL,
+        conversation=conversation.id,
+        input=[{"type": "compaction_trigger"}],  # type: ignore[list-item]
+    )
+    assert [item.type for item in compacted.output] == ["compaction"]
+    client.responses.create(model=MODEL, conversation=conversation.id, input="Merci.")
+
+    assert model.prompts[1].endswith(
+        "<|start|>user<|message|>What's the weather in Paris?<|end|><|start|>user<|message|>Say it in French.<|end|>"
+        + _summary_message()
+        + "<|start|>user<|message|>Merci.<|end|><|start|>assistant"
+    ), model.prompts[1][-500:]
+    # An item in the conversation that does not open is named by the conversation, not by the input.
+    client.conversations.items.create(conversation.id, items=[{"type": "compaction", "encrypted_content": "junk"}])  # type: ignore[list-item]
+    live_error = post_conversation_error(client, conversation.id)
+    assert live_error["param"] == "conversation" and live_error["code"] == "invalid_encrypted_content"
+
+
+def post_conversation_error(client: openai.OpenAI, conversation_id: str) -> dict[str, Any]:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, conversation=conversation_id, input="Again?")
+    return raised.value.body  # type: ignore[return-value]
+
+
 def test_compaction_trigger_in_the_background(serve: Serve) -> None:
     client = openai_client(serve(Scripted(SUMMARY_COMPLETION).engine))
     queued = client.responses.create(

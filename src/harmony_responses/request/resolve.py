@@ -146,12 +146,17 @@ def _opened_compaction(item: Mapping[str, Any], sealer: ReasoningSealer, param: 
 
 
 def _for_render(
-    body: Mapping[str, Any], sealer: ReasoningSealer, *, web_search: bool, prior: int = 0
+    body: Mapping[str, Any],
+    sealer: ReasoningSealer,
+    *,
+    web_search: bool,
+    prior: int = 0,
+    prior_param: str = "previous_response_id",
 ) -> dict[str, Any]:
     """The request as the renderer should see it: hidden web_search tools dropped, sealed reasoning and
     compaction summaries opened, ``compaction_trigger`` items left out (the run acts on them, and a stored
     one in the prior items of ``previous_response_id`` has done its work). ``prior``: how many of the
-    input items came from the store, before the client's own."""
+    input items came from the store, before the client's own (``prior_param`` names them in errors)."""
     request = dict(body)
     tools = body.get("tools")
     if tools and not web_search:
@@ -166,7 +171,7 @@ def _for_render(
                 if text is not None:
                     item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
             elif kind == "compaction":
-                where = f"input[{index - prior}].encrypted_content" if index >= prior else "previous_response_id"
+                where = f"input[{index - prior}].encrypted_content" if index >= prior else prior_param
                 item = _opened_compaction(item, sealer, where)
             elif kind == "compaction_trigger":
                 continue
@@ -272,7 +277,11 @@ async def read_request(
         if prior is None:
             raise APIError(f"Conversation with id '{conversation_id}' not found.", status=404, param="conversation")
     model_request = _for_render(
-        dict(body, input=(prior or []) + items), sealer, web_search=web_search, prior=len(prior or ())
+        dict(body, input=(prior or []) + items),
+        sealer,
+        web_search=web_search,
+        prior=len(prior or ()),
+        prior_param="conversation" if conversation_id is not None else "previous_response_id",
     )
     model_request["input"] = await _as_written(model_request["input"], owner, history)
     return ResponseRequest(
