@@ -28,7 +28,7 @@ from api.helpers import start_live, write_script
 from harmony_responses.serve import Config, create_app
 from reliability.server_process import BIN, server_process
 
-from .fakes import Scenario, VLLMFake, harmony
+from .fakes import Fake, LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
 
 MODEL = "gpt-oss-120b"
 SMALL = "gpt-oss-20b"
@@ -41,7 +41,7 @@ def answer(text: str) -> list[int]:
 class Replica:
     """A fake engine on a fixed port that can be stopped and started again (a replica going down and back)."""
 
-    def __init__(self, fake: VLLMFake, port: int | None = None) -> None:
+    def __init__(self, fake: Fake, port: int | None = None) -> None:
         self.fake = fake
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -85,7 +85,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def replicas(*fakes: VLLMFake) -> Iterator[list[Replica]]:
+def replicas(*fakes: Fake) -> Iterator[list[Replica]]:
     started = [Replica(f).start() for f in fakes]
     try:
         yield started
@@ -422,3 +422,66 @@ def test_processes_sharing_replicas_send_a_prompt_cache_key_to_the_same_one() ->
         by_second = {key: replica_of(two, key) for key in reversed(keys)}  # another order: turns would differ
         assert by_first == by_second
         assert set(by_first.values()) == {"a", "b"}  # the keys are spread over both
+
+
+def test_replicas_of_different_engines_share_the_load_and_the_smallest_context() -> None:
+    fakes = (
+        VLLMFake(Scenario(tokens=answer("vllm"))),
+        SGLangFake(Scenario(tokens=answer("sglang")), context=8192),
+        LlamaCppFake(Scenario(tokens=answer("llamacpp"))),
+    )
+    with replicas(*fakes) as (v, s, lc):
+        bindings = ((MODEL, f"vllm:{v.url}"), (MODEL, f"sglang:{s.url}"), (MODEL, f"llamacpp:{lc.url}"))
+        with our_server(*bindings) as root, client(root) as c:
+            texts = [c.responses.create(model=MODEL, input="hi", store=False).output_text for _ in range(6)]
+            assert sorted(texts) == ["llamacpp", "llamacpp", "sglang", "sglang", "vllm", "vllm"]
+            # Prompts are fitted to the smallest context among the replicas, wherever they go.
+            (first, *_) = v.fake.requests
+            assert first["max_tokens"] == 8192 - len(first["prompt"])
+            s.stop()
+            texts = [c.responses.create(model=MODEL, input="hi", store=False).output_text for _ in range(4)]
+            assert sorted(texts) == ["llamacpp", "llamacpp", "vllm", "vllm"]
+            status, body = ready(root)
+            engines = body["models"][0]["engines"]
+            assert status == 200 and [e["ready"] for e in engines] == [True, False, True]
+            assert s.url in engines[1]["engine"]
+
+
+class HangingFake(VLLMFake):
+    """Its health check stops answering when ``hang`` is set (an engine wedged, its port still open)."""
+
+    hang = False
+
+    def routes(self) -> list[Any]:
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        async def health(request: Any) -> Response:
+            while self.hang:
+                await asyncio.sleep(0.05)
+            return Response(b"", 200)
+
+        return [Route("/health", health), *(r for r in super().routes() if r.path != "/health")]  # type: ignore[attr-defined]
+
+
+def test_a_replica_that_stops_answering_probes_is_out_but_the_model_stays_ready() -> None:
+    with (
+        replicas(VLLMFake(), HangingFake()) as (a, b),
+        our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}")) as root,
+        client(root) as c,
+    ):
+        wedged = b.fake
+        assert isinstance(wedged, HangingFake)
+        wedged.hang = True
+        status, body = ready(root)
+        engines = body["models"][0]["engines"]
+        assert status == 200 and [e["ready"] for e in engines] == [True, False]
+        assert "did not answer the probe within 5 s" in engines[1]["error"]
+        for _ in range(3):
+            c.responses.create(model=MODEL, input="hi", store=False)
+        assert (len(a.ids), len(b.ids)) == (3, 0)  # taken out by the probe
+        wedged.hang = False
+        wait_until(lambda: all(e["ready"] for e in ready(root)[1]["models"][0]["engines"]))
+        for _ in range(2):
+            c.responses.create(model=MODEL, input="hi", store=False)
+        assert len(b.ids) == 1

@@ -26,7 +26,8 @@ Failures. A replica that cannot take a call before its first item (unreachable, 
 connection, an HTTP 5xx) is taken out of service and the call goes to another replica not tried yet; a
 refusal of the request itself (a 4xx: too long a prompt, a bad parameter) is the client's and is raised
 as it is, the replica staying in service. A replica whose stream ends in an error mid-way is probed at
-once (the stream cannot move: tokens were sent) and taken out if the probe fails. A replica out of
+once (the stream cannot move: tokens were sent). A probe that fails, for whatever reason (unreachable, or
+the replica now answers but cannot serve Harmony), takes the replica out. A replica out of
 service is probed in the background (``Engine.probe``: the HTTP engines' start-up check) after
 ``probe_delay`` seconds, doubling up to ``probe_max_delay``, and put back when it answers.
 
@@ -66,6 +67,8 @@ AFFINITY_SLACK = 4
 AFFINITY_SIZE = 100_000
 PROBE_DELAY = 0.5
 PROBE_MAX_DELAY = 15.0
+# A replica that takes longer to answer a probe is treated as down (a readiness probe must answer quickly).
+PROBE_TIMEOUT = 5.0
 # Keys a client sends with every turn (unlike a response id, which only the process that made it knows).
 HASHED_KEYS = ("conversation:", "prompt_cache_key:")
 
@@ -99,6 +102,7 @@ class ReplicaSet(Engine):
         label: what log lines and errors call the set (the model name).
         affinity_slack: how many more calls in flight than the least busy replica an affine one may have.
         probe_delay, probe_max_delay: the background probe's first wait and its longest, in seconds.
+        probe_timeout: seconds a replica may take to answer a probe.
         affinity_size: the most affinity keys remembered.
     """
 
@@ -112,6 +116,7 @@ class ReplicaSet(Engine):
         affinity_slack: int = AFFINITY_SLACK,
         probe_delay: float = PROBE_DELAY,
         probe_max_delay: float = PROBE_MAX_DELAY,
+        probe_timeout: float = PROBE_TIMEOUT,
         affinity_size: int = AFFINITY_SIZE,
     ) -> None:
         assert replicas, "a ReplicaSet needs at least one replica"
@@ -120,6 +125,7 @@ class ReplicaSet(Engine):
         self.affinity_slack = affinity_slack
         self.probe_delay = probe_delay
         self.probe_max_delay = probe_max_delay
+        self.probe_timeout = probe_timeout
         self.affinity_size = affinity_size
         self._affinity: OrderedDict[str, _Replica] = OrderedDict()
         self._clock = itertools.count(1)
@@ -184,12 +190,19 @@ class ReplicaSet(Engine):
         results = await asyncio.gather(*(self._probe_once(r) for r in self.replicas))
         return [EngineHealth(r.engine.describe(), error) for r, error in zip(self.replicas, results, strict=True)]
 
+    async def _probe(self, replica: _Replica) -> None:
+        try:
+            await asyncio.wait_for(replica.engine.probe(), self.probe_timeout)
+        except TimeoutError:
+            raise EngineTimeout(
+                f"{replica.engine.describe()}: did not answer the probe within {self.probe_timeout:g} s"
+            ) from None
+
     async def _probe_once(self, replica: _Replica) -> str | None:
         try:
-            await replica.engine.probe()
+            await self._probe(replica)
         except EngineError as exc:
-            if is_outage(exc):
-                self._take_out(replica, exc)
+            self._take_out(replica, exc)  # whatever the probe found wrong, calls should not go there
             return str(exc) or type(exc).__name__
         self._put_back(replica)
         return None
@@ -234,7 +247,7 @@ class ReplicaSet(Engine):
         while not replica.up:
             await asyncio.sleep(delay)
             try:
-                await replica.engine.probe()
+                await self._probe(replica)
             except EngineError as exc:
                 replica.error = str(exc) or type(exc).__name__
                 delay = min(delay * 2, self.probe_max_delay)
@@ -249,13 +262,13 @@ class ReplicaSet(Engine):
 
         async def check() -> None:
             try:
-                await replica.engine.probe()
+                await self._probe(replica)
             except EngineError as exc:
                 replica.probing = None
-                if is_outage(exc):
-                    self._take_out(replica, exc)
+                self._take_out(replica, exc)
             else:
                 replica.probing = None
+                self._put_back(replica)  # a call may have taken it out meanwhile
 
         replica.probing = asyncio.get_running_loop().create_task(check())
 

@@ -54,9 +54,10 @@ logger = logging.getLogger("harmony_responses.run")
 
 SEALING_SECRET = "reasoning.encrypted_content"  # the store's secrets row the sealing key comes from
 # Readiness: a probe's answer is reused for this long (a burst of probes reaches each engine once), and an
-# engine that takes longer than READY_TIMEOUT to answer its probe counts as not ready.
+# engine that takes longer than READY_TIMEOUT to answer its probe counts as not ready (replicas have their
+# own, shorter bound each: engine/_replicas.py).
 READY_CACHE_SECONDS = 1.0
-READY_TIMEOUT = 5.0
+READY_TIMEOUT = 10.0
 
 
 class Server:
