@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
+from harmony_responses.engine import EngineError, EngineStream, GenerateRequest, MockEngine
 from harmony_responses.render._compaction import SUMMARY_INSTRUCTION, SUMMARY_PREFIX
 from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
@@ -377,6 +377,40 @@ def test_a_failed_summary_fails_the_response_and_closes_the_item(serve: Serve) -
     assert events[-1]["response"]["output"] == [
         {"id": events[2]["item"]["id"], "type": "compaction", "encrypted_content": ""}
     ]
+
+
+def test_an_engine_refusing_the_summary_is_a_503(serve: Serve) -> None:
+    async def refuse(request: GenerateRequest) -> EngineStream:
+        raise EngineError("the engine at http://gpu:8000 is unreachable")
+        yield  # pragma: no cover
+
+    live = serve(MockEngine(refuse))
+    trigger = {"model": MODEL, "input": [*CONVERSATION, {"type": "compaction_trigger"}]}
+    for response in (
+        post(live, trigger),
+        post(live, {**trigger, "stream": True}),
+        httpx.post(f"{live.base_url}/responses/compact", json={"model": MODEL, "input": CONVERSATION}, timeout=10),
+    ):
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "engine_unavailable"
+
+
+def test_truncation_keeps_the_compaction_item(serve: Serve) -> None:
+    # With truncation "auto", the oldest turns go first; the compaction item (the history they had) stays.
+    model = Scripted(SUMMARY_COMPLETION, ANSWER)
+    client = openai_client(serve(model.engine, context_window=700))
+    item = _compaction_item(client)
+    filler = [{"role": "user", "content": "word " * 250}, {"role": "assistant", "content": "ok"}] * 3
+    client.responses.create(
+        model=MODEL,
+        input=[item, *filler, {"role": "user", "content": "Go on."}],  # type: ignore[list-item]
+        truncation="auto",
+        max_output_tokens=16,
+    )
+    prompt = model.prompts[-1]
+    kept = prompt.count("<|start|>user<|message|>word")
+    assert 0 < kept < 3, prompt  # some of the filler turns were dropped
+    assert _summary_message() in prompt and prompt.endswith("Go on.<|end|><|start|>assistant")
 
 
 # ------------------------------------------------------------------------------------ context_management on create

@@ -3,8 +3,9 @@
 ``disabled`` (the default): a prompt that leaves less than ``MIN_OUTPUT_TOKENS`` of the window gets 400
 ``context_length_exceeded``, as the API does. ``auto``: the oldest *turns* are dropped — a turn starts at
 a user message and runs to the next one, so a function call always leaves together with its output and
-the renderer never sees an orphaned ``function_call_output``. System and developer messages are kept
-wherever they stand, and the last turn always stays. The prompt is re-rendered for each candidate cut,
+the renderer never sees an orphaned ``function_call_output``. System and developer messages, and
+``compaction`` items (each stands for the whole history before it), are kept wherever they stand, and the
+last turn always stays. The prompt is re-rendered for each candidate cut,
 found by binary search over turn boundaries (O(log turns) renders, since fewer turns never render longer).
 """
 
@@ -31,6 +32,11 @@ R = TypeVar("R", bound=_Rendered)
 
 def _is_message(item: Mapping[str, Any], roles: tuple[str, ...]) -> bool:
     return item.get("type", "message") == "message" and item.get("role") in roles
+
+
+def _kept_anyway(item: Mapping[str, Any]) -> bool:
+    # A compaction item stands for the history before it: dropping it would drop all of that at once.
+    return _is_message(item, ("system", "developer")) or item.get("type") == "compaction"
 
 
 def _overflow(tokens: int, window: int) -> APIError:
@@ -68,7 +74,7 @@ def render_to_fit(
 
     def cut(k: int) -> dict[str, Any]:
         start = starts[k]
-        kept = [item for item in items[:start] if _is_message(item, ("system", "developer"))] + items[start:]
+        kept = [item for item in items[:start] if _kept_anyway(item)] + items[start:]
         return {**body, "input": kept}
 
     best: R | None = None
