@@ -155,3 +155,11 @@ def test_a_server_from_a_file_keeps_its_keys_out_of_ps(tmp_path: Path) -> None:
         process.wait(30)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_the_file_binds_models_to_engines_and_replicas(tmp_path: Path) -> None:
+    text = 'engine = ["gpt-oss-120b=vllm:http://a:8000", "gpt-oss-120b=vllm:http://b:8000", "gpt-oss-20b=llamacpp"]\n'
+    config = config_from_args(_parse(["--config", _file(tmp_path, text)]))
+    assert config.engine is None and config.served_models == ("gpt-oss-120b", "gpt-oss-20b")
+    assert config.engine_specs("gpt-oss-120b") == ("vllm:http://a:8000", "vllm:http://b:8000")
+    assert config.engine_specs("gpt-oss-20b") == ("llamacpp",)
