@@ -75,3 +75,39 @@ def test_run_non_streamed_with_a_function_tool(serve: Serve) -> None:
     result = asyncio.run(main())
     assert calls == ["Paris"]
     assert result.final_output == "It is sunny in Paris."
+
+
+def test_a_compaction_session_compacts_through_responses_compact(serve: Serve) -> None:
+    # The SDK's OpenAIResponsesCompactionSession calls responses.compact after a turn; the next turn's prompt
+    # holds the model's summary instead of the tool call and its output.
+    from harmony_responses.render._compaction import SUMMARY_PREFIX
+
+    from .test_compaction import Scripted
+
+    summary = "The user asked about Paris; get_weather said sunny in Paris."
+    model = Scripted(CALL, ANSWER, summary + "<|return|>", ANSWER)
+    live = serve(model.engine)
+    calls: list[str] = []
+
+    async def main() -> list[Any]:
+        async with async_openai_client(live) as client:
+            session = agents.OpenAIResponsesCompactionSession(
+                "weather",
+                agents.SQLiteSession("weather"),
+                client=client,
+                model=MODEL,
+                should_trigger_compaction=lambda context: True,
+            )
+            agent = _agent(client, calls)
+            await Runner.run(agent, "What's the weather in Paris?", session=session)
+            await Runner.run(agent, "And tomorrow?", session=session)
+            return await session.get_items()
+
+    items = asyncio.run(main())
+    assert calls == ["Paris"]
+    compact_prompt, answer_prompt = model.prompts[2], model.prompts[3]
+    assert "sunny in Paris" in compact_prompt and compact_prompt.endswith("<|channel|>final<|message|>")
+    assert f"<|start|>user<|message|>{SUMMARY_PREFIX}{summary}<|end|>" in answer_prompt, answer_prompt[-600:]
+    assert "get_weather <|constrain|>json" not in answer_prompt.split(SUMMARY_PREFIX)[0]  # the call was replaced
+    assert answer_prompt.endswith("<|start|>user<|message|>And tomorrow?<|end|><|start|>assistant")
+    assert any(isinstance(item, dict) and item.get("type") == "compaction" for item in items), items
