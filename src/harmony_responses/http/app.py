@@ -6,7 +6,8 @@ responses and conversations (stored.py), ``GET /v1/models`` and ``GET /v1/models
 and model shapes), ``GET /health`` (liveness: 200 while the process serves) and ``GET /ready`` (readiness: 200
 when every served model has an engine that answers, else 503 saying which do not; ``Server.readiness``).
 Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``, so every
-answer the server gives is OpenAI-shaped.
+answer the server gives is OpenAI-shaped. ``GET /metrics`` is Prometheus's (``metrics.exposition``). Around
+it all, ``observe.Observe`` gives every request its id and counts it.
 
 The lifespan starts the ``run.Server`` (vocabulary, engine check, sandbox probe, store) and closes it on
 shutdown; a failed start is kept in ``server.startup_error`` for the command line.
@@ -22,13 +23,16 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute, request_response
+from starlette.types import ASGIApp
 
+from ..metrics import exposition
 from ..request import model_not_found
 from ..run import Server
 from .auth import BearerAuth
 from .errors import exception_handlers, json_response
 from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
+from .observe import Observe
 from .responses import compact_response, count_input_tokens, create_response
 from .stored import routes as stored_routes
 from .websocket import responses_socket
@@ -63,6 +67,18 @@ async def ready(request: Request) -> Response:
     server: Server = request.app.state.server
     is_ready, body = await server.readiness()
     return json_response(body, status=200 if is_ready else 503)
+
+
+async def metrics(request: Request) -> Response:
+    body, content_type = exposition()
+    return Response(body, media_type=content_type)
+
+
+class ObservedStarlette(Starlette):
+    """Starlette with ``Observe`` outside its error middleware: a bug's 500 gets a request id too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Observe(super().build_middleware_stack())
 
 
 def build_app(
@@ -105,10 +121,13 @@ def build_app(
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/v1/responses/compact", compact_response, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         *stored_routes,
     ]
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)
+    app = ObservedStarlette(
+        routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan
+    )
     app.state.server = server
     app.state.keyed = bool(api_keys)
     app.state.loopback_hosts = tuple(loopback_hosts) if loopback_hosts is not None else None

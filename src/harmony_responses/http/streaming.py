@@ -31,6 +31,7 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from ..errors import APIError
+from ..metrics import STREAMS_IN_FLIGHT
 from ..run import ResponseRun, StoredRun
 from ..run.turns import Turns, end_start
 from ..sse import encode_event
@@ -43,6 +44,7 @@ logger = logging.getLogger("harmony_responses.http")
 # Batches (engine chunks' events) buffered between the run and the socket: enough to coalesce writes, few
 # enough that a client that stops reading holds back its engine soon.
 BUFFERED_BATCHES = 64
+_SSE_STREAMS = STREAMS_IN_FLIGHT.labels("sse")
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -149,6 +151,10 @@ class RunResponse:
             await self._send_json(scope, receive, send)
 
     async def _send_events(self, send: Send) -> None:
+        with _SSE_STREAMS.track_inprogress():
+            await self._stream_events(send)
+
+    async def _stream_events(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         # The run's batches are produced in a task of their own and handed over through a bounded buffer, and
         # the writer sends everything waiting in one write. An engine that waits between chunks (every real
@@ -233,6 +239,10 @@ class FollowStream:
         self._source = source
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with _SSE_STREAMS.track_inprogress():
+            await self._follow(receive, send)
+
+    async def _follow(self, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})

@@ -43,6 +43,8 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import APIError
+from ..logs import current_request_id, request_scope
+from ..metrics import STREAMS_IN_FLIGHT
 from ..request import History, read_request
 from ..run import ResponseRun, Server, StoredRun
 from ..run.turns import Turns, starting
@@ -59,6 +61,7 @@ logger = logging.getLogger("harmony_responses.http")
 # from the last one; a few more let lanes continue their own.
 REMEMBERED = 4
 _DELTA = b'.delta"'
+_SOCKET_STREAMS = STREAMS_IN_FLIGHT.labels("websocket")
 
 
 class _ConnectionHistory:
@@ -227,7 +230,8 @@ class _Connection:
 
     async def _create(self, message: dict[str, Any], stream_id: str | None) -> None:
         body = {k: v for k, v in message.items() if k not in ("type", "stream_id", "generate")}
-        with starting() as start:
+        # Each response.create arrives now (its time to first token counts from here), under the handshake's id.
+        with request_scope(current_request_id() or "-"), starting() as start:
             try:
                 if body.get("background"):
                     raise APIError(
@@ -271,6 +275,10 @@ class _Connection:
                 self.history.remember(final["id"], list(prepared.model_request["input"]) + list(final["output"]))
 
     async def _stream(self, run: ResponseRun | StoredRun, stream_id: str | None, start: Any) -> None:
+        with _SOCKET_STREAMS.track_inprogress():
+            await self._send_batches(run, stream_id, start)
+
+    async def _send_batches(self, run: ResponseRun | StoredRun, stream_id: str | None, start: Any) -> None:
         turns = Turns()
         async with contextlib.aclosing(run.batches()) as batches:
             async for batch in batches:

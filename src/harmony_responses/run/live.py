@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ..metrics import QUEUE_DEPTH
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
 from .loop import SHUTDOWN_MESSAGE, ResponseRun
@@ -49,6 +50,8 @@ LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.i
 # Too small a lead idles the loop while a round commits: at 64 streams 1,024 delivered ~10 % more than 256
 # (bench/store_bench.py's setup, the two servers measured alternately), and 4,096 no more than 1,024.
 MAX_LEAD = 1024
+# Background responses accepted whose engine has not yet taken them (metrics.QUEUE_DEPTH).
+_BACKGROUND_QUEUE = QUEUE_DEPTH.labels("background")
 STORE_FAILED_MESSAGE = "The response could not be stored ({error}), so it was stopped."
 
 
@@ -264,6 +267,9 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
     refuses the request.
     """
     translator = run.translator
+    waiting = queued  # counted in the background queue until the engine has taken it
+    if waiting:
+        _BACKGROUND_QUEUE.inc()
     try:
         if queued:
             translator.begin()
@@ -275,6 +281,9 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                 translator.receive_end("error", f"the engine could not take the request: {exc}")
                 live.publish(translator.events())
                 return
+            finally:
+                waiting = False
+                _BACKGROUND_QUEUE.dec()
         turns = Turns()  # an engine that never waits must not keep the loop to itself (run/turns.py)
         async with contextlib.aclosing(run.batches()) as batches:
             async for batch in batches:
@@ -297,6 +306,8 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                 translator.receive_end("error", f"internal server error: {type(exc).__name__}")
                 live.publish(translator.events())
     finally:
+        if waiting:
+            _BACKGROUND_QUEUE.dec()  # stopped before its engine call (cancelled, shutdown)
         await _finish(live, run)
 
 

@@ -61,6 +61,7 @@ from openai_harmony import Author, Message, Role
 
 from ..engine import Engine, EngineStream, GenerateRequest
 from ..errors import APIError
+from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, failure_reason
 from ..request.schema import instance_problem
 from ..request.sealed import ReasoningSealer
 from ..tokens import EngineEnd, TokenChunk
@@ -83,6 +84,8 @@ _AFTER_CALL = frozenset({_START, _CHANNEL, _END, _RETURN, _CALL})
 # Past max_tool_calls, the model is told once; a further call ends the response (module docstring).
 MAX_REFUSED_CALLS = 1
 SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
+# Responses waiting for an engine call's first item (metrics.QUEUE_DEPTH).
+_ENGINE_QUEUE = QUEUE_DEPTH.labels("engine")
 # How long to wait for an engine's EngineEnd after it stopped on <|call|> (it is due at once).
 SETTLE_SECONDS = 5.0
 
@@ -109,6 +112,7 @@ class ResponseRun:
         compaction: the response compacts the conversation first (``compact.py``): the ``compaction`` item
             comes first, then (unless it is a ``compaction_trigger`` response, which ends there) the prelude
             and the answer, from the prompt ``compaction.answer`` renders; ``request`` is then replaced.
+        metrics: the response's metrics (default: labelled with the translator's model and the engine's name).
     """
 
     def __init__(
@@ -125,6 +129,7 @@ class ResponseRun:
         context_window: int | None = None,
         prelude: Callable[[Translator], None] | None = None,
         compaction: Compaction | None = None,
+        metrics: RunMetrics | None = None,
     ) -> None:
         self.translator = translator
         self._engine = engine
@@ -139,6 +144,8 @@ class ResponseRun:
         self._compaction = compaction
         self._prefill: list[int] = []  # after a compaction: the answer's prefill, received once the item is done
         self._summary_tokens = 0  # output tokens of the compaction's summary (not counted against the budget)
+        self.metrics = metrics or RunMetrics(model=str(translator.response.get("model")), engine=engine.name)
+        self._began = False  # the engine took the request (or a call set up before generation runs first)
         self._stream: EngineStream | None = None
         self._first: TokenChunk | EngineEnd | _Empty | None = None
         self._sealed: dict[str, str] = {}
@@ -163,18 +170,28 @@ class ResponseRun:
         """
         if self._compaction is not None:
             await self._compaction.summary.start()  # the summary's engine call is the first one
+            self._began = True
             return
         if self._prelude is not None:
             prelude, self._prelude = self._prelude, None
             prelude(self.translator)
         if self.translator.pending_tool_call is not None:
+            self._began = True
             return  # a call set up before generation (an approved MCP call) runs first: batches() does it
-        self._stream = self._engine.generate(self._request)
-        self._stream_started = True
+        self.metrics.engine_call()
+        _ENGINE_QUEUE.inc()
         try:
+            self._stream = self._engine.generate(self._request)
+            self._stream_started = True
             self._first = await anext(self._stream)
         except StopAsyncIteration:
             self._first = _Empty()
+        except Exception as exc:
+            self.metrics.engine_failed(failure_reason(exc))
+            raise
+        finally:
+            _ENGINE_QUEUE.dec()
+        self._began = True
 
     def shutdown(self) -> None:
         """The server is shutting down: end at the next chunk (or tool result), failed, telling the client why."""
@@ -206,6 +223,21 @@ class ResponseRun:
         if self._compaction is not None:
             await self._compaction.summary.aclose()
         await self._tools.aclose_all()
+        if (self._began or self.translator.closed) and not self.metrics.reported:
+            self._report()
+
+    def _report(self) -> None:
+        """The response's counts, once, however it ended (a client gone: its tokens were spent all the same)."""
+        t = self.translator
+        self.count_unreported_prompt()
+        status = t.response["status"] if t.closed else "cancelled"
+        usage = {
+            "input": t.input_tokens,
+            "cached": t.cached_tokens,
+            "output": t.output_tokens,
+            "reasoning": t.reasoning_tokens,
+        }
+        self.metrics.ended(status, usage, t.output_items)
 
     async def _close_stream(self) -> None:
         stream, self._stream = self._stream, None
@@ -272,6 +304,7 @@ class ResponseRun:
                     ids = ids[:keep]
                     logprobs = logprobs[:keep] if logprobs is not None else None
                 self._generated.extend(ids)
+                self.metrics.tokens(len(ids))
                 try:
                     t.receive_tokens(ids, logprobs)
                 except LocalProtocolError as exc:  # e.g. a logprobs list that does not match the tokens
@@ -283,6 +316,9 @@ class ResponseRun:
                     self._usage_seen = True
                     t.receive_end("length")
             elif isinstance(item, EngineEnd):
+                self.metrics.engine_call_ended()
+                if item.reason == "error":
+                    self.metrics.engine_failed("stream")
                 self._usage_seen = True
                 t.receive_usage(prompt_tokens=item.prompt_tokens, cached_tokens=item.cached_tokens)
                 t.receive_end(item.reason, item.message)
@@ -320,6 +356,7 @@ class ResponseRun:
                 t.receive_end("error", "the engine stream ended without saying how")
                 return
             except Exception as exc:  # the engine broke its contract (it must report errors in-band)
+                self.metrics.engine_failed("contract")
                 logger.exception("engine stream raised mid-generation")
                 t.receive_end("error", f"the engine failed: {exc}")
                 return
@@ -363,6 +400,9 @@ class ResponseRun:
             prelude(t)
         if t.pending_tool_call is not None:
             return  # an approved MCP call runs first (batches() does it)
+        self.metrics.engine_call()
+        _ENGINE_QUEUE.inc()
+        refused = None
         try:
             self._stream = self._engine.generate(self._request)
             self._stream_started = True
@@ -370,8 +410,13 @@ class ResponseRun:
         except StopAsyncIteration:
             self._first = _Empty()
         except Exception as exc:  # the response has started: an engine refusing the answer fails it in-band
-            logger.warning("%s: the engine refused the answer after compacting: %s", self.request_id, exc)
-            t.receive_end("error", str(exc) or type(exc).__name__)
+            self.metrics.engine_failed(failure_reason(exc))
+            refused = exc
+        finally:
+            _ENGINE_QUEUE.dec()
+        if refused is not None:
+            logger.warning("%s: the engine refused the answer after compacting: %s", self.request_id, refused)
+            t.receive_end("error", str(refused) or type(refused).__name__)
             yield t.events()
 
     # ------------------------------------------------------------------ the tool loop
@@ -400,9 +445,11 @@ class ResponseRun:
     async def _run_tool(self, call: ToolCall) -> ToolResult:
         """Run one built-in call; every failure becomes an error result (the model reads it)."""
         author = _tool_author(call)
+        tool = _TOOL_LABELS.get(call.kind, call.kind.name.lower())
         limit = self._max_tool_calls
         searching = call.kind is ItemKind.TOOL_SEARCH_CALL
         if limit is not None and self.tool_calls >= limit and not searching:
+            TOOL_CALLS.labels(tool, "refused").inc()
             self._refused += 1
             message = f"This call was not run: max_tool_calls ({limit}) is reached for this response."
             return ToolResult(
@@ -412,6 +459,7 @@ class ResponseRun:
         namespace = _session_namespace(call)
         session = self._tools.get(namespace)
         if session is None:
+            TOOL_CALLS.labels(tool, "error").inc()
             message = f"The tool {author} is not available on this server."
             return ToolResult(text=f"[ERROR] {message}", error=message)
         self.tool_calls += 0 if searching else 1
@@ -422,12 +470,15 @@ class ResponseRun:
             logger.exception("%s: the %s tool raised", self.request_id, author)
             message = f"The tool {author} failed: {type(exc).__name__}: {exc}"
             result = ToolResult(text=f"[ERROR] {message}", error=message)
+        elapsed = time.monotonic() - started
+        TOOL_CALLS.labels(tool, "error" if result.error else "ok").inc()
+        TOOL_CALL_DURATION.labels(tool).observe(elapsed)
         logger.info(
             "%s: %s call %s in %.2f s",
             self.request_id,
             author,
             "failed" if result.error else "ran",
-            time.monotonic() - started,
+            elapsed,
         )
         return result
 
@@ -452,6 +503,8 @@ class ResponseRun:
         self._generated = []
         self._call_base = t.output_tokens
         self._usage_seen = False
+        self.metrics.engine_call()
+        _ENGINE_QUEUE.inc()
         try:
             self._stream = self._engine.generate(self._request)
             self._stream_started = True
@@ -459,9 +512,12 @@ class ResponseRun:
         except StopAsyncIteration:
             return _Empty()
         except Exception as exc:  # EngineError and the like: the response has started, so it fails in-band
+            self.metrics.engine_failed(failure_reason(exc))
             logger.warning("%s: the engine refused the call after a tool result: %s", self.request_id, exc)
             t.receive_end("error", str(exc) or type(exc).__name__)
             return None
+        finally:
+            _ENGINE_QUEUE.dec()
 
     def _splice(self, call: ToolCall) -> list[int]:
         """This engine call's generated ids up to the tool call, ending ``<|call|>``."""
@@ -587,3 +643,10 @@ def _tool_message(call: ToolCall, text: str) -> list[int]:
 
 
 _ASSISTANT = 173781  # "assistant" after <|start|>
+# The tool label of a built-in call (metrics.TOOL_CALLS).
+_TOOL_LABELS = {
+    ItemKind.CODE_INTERPRETER: "code_interpreter",
+    ItemKind.WEB_SEARCH: "web_search",
+    ItemKind.MCP_CALL: "mcp",
+    ItemKind.TOOL_SEARCH_CALL: "tool_search",
+}

@@ -38,6 +38,8 @@ import time
 import weakref
 from collections.abc import Iterator
 
+from ..metrics import QUEUE_DEPTH
+
 __all__ = ["START_LIMIT", "YIELD_INTERVAL", "Start", "Turns", "end_start", "starting"]
 
 # The longest a producer keeps the event loop to itself.
@@ -46,6 +48,9 @@ YIELD_INTERVAL = 0.002
 WAITED = 0.0005
 # The longest a request counts as starting, so the longest it holds the other streams' producers.
 START_LIMIT = 0.05
+# The queue_depth gauges this module keeps (metrics.QUEUE_DEPTH): one update per request, and per hold.
+_STARTING = QUEUE_DEPTH.labels("starting")
+_HELD = QUEUE_DEPTH.labels("held")
 # How long holds may keep running out (requests arriving faster than they start) before the flowing
 # streams get START_LIMIT free of holds.
 OVERLOAD_SPAN = 4 * START_LIMIT
@@ -113,6 +118,7 @@ class Start:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
         self.traffic.starting += 1
+        _STARTING.inc()
         self.active = True
         self.delivered = False
         self._timer = loop.call_later(START_LIMIT, self.end)
@@ -121,6 +127,7 @@ class Start:
         if self.active:
             self.active = False
             self._timer.cancel()
+            _STARTING.dec()
             self.traffic._started()
 
     def finish(self) -> None:
@@ -183,7 +190,11 @@ class Turns:
             await asyncio.sleep(0)
             self.waited()
         elif not self._fresh and (start is None or start.delivered) and self._traffic.holding():
-            await self._traffic.hold()  # another request is starting: it goes first
+            _HELD.inc()
+            try:
+                await self._traffic.hold()  # another request is starting: it goes first
+            finally:
+                _HELD.dec()
             self.waited()
         elif now - self._since >= YIELD_INTERVAL:
             await asyncio.sleep(0)

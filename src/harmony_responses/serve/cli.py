@@ -20,6 +20,8 @@ from typing import Any, TextIO
 import uvicorn
 
 from ..http.connection import ApiWebSocketProtocol, api_http_protocol
+from ..logs import configure as configure_logs
+from ..logs import logging_config
 from ..store import describe_store
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
@@ -72,6 +74,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         api_keys=tuple(args.api_keys or env_list(BY_NAME["api_keys"]) or ()),
         allowed_hosts=tuple(args.allowed_hosts or env_list(BY_NAME["allowed_hosts"]) or ()),
         log_level=args.log_level,
+        log_format=args.log_format,
         max_body_bytes=args.max_body_bytes,
         head_timeout=args.head_timeout,
         body_timeout=args.body_timeout,
@@ -230,8 +233,8 @@ def serve(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
 
 
 def configure_logging(config: Config) -> None:
-    level = "DEBUG" if config.log_level == "trace" else config.log_level.upper()
-    logging.basicConfig(format="%(levelname)s:     %(name)s: %(message)s", level=level)
+    """Our loggers and uvicorn's, at ``--log-level`` in ``--log-format`` (``logs.py``), request ids included."""
+    configure_logs(config.log_level, config.log_format)
 
 
 def run_server(
@@ -260,6 +263,7 @@ def run_server(
             host=config.host,
             port=config.port,
             log_level=config.log_level,
+            log_config=logging_config(config.log_level, config.log_format),
             lifespan="on",
             http=api_http_protocol(config.head_timeout),
             # WebSocket mode (http/websocket.py): upgrades go from the httptools protocol above to websockets'

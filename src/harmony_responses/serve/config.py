@@ -34,6 +34,7 @@ class Config:
         api_keys: accepted bearer tokens; empty means no authentication.
         allowed_hosts: on a loopback ``host``, the ``Host`` names answered besides loopback ones (``*``: any).
         log_level: uvicorn's and our loggers' level.
+        log_format: ``text`` or ``json`` lines (``logs.py``).
         max_body_bytes: larger request bodies get 413.
         head_timeout, body_timeout: seconds a client may take to send a request's headers (then the
             connection is closed) and its body (then 408).
@@ -83,6 +84,7 @@ class Config:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
+    log_format: str = "text"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     head_timeout: float = 20.0
     body_timeout: float = 60.0

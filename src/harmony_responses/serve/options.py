@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import EngineOptions
+from ..logs import LOG_FORMATS
 from ..store import parse_retention
 from ..tools.browser import BACKENDS
 from ..tools.mcp import DEFAULT_MCP_TIMEOUT
@@ -293,6 +294,14 @@ OPTIONS: tuple[Option, ...] = (
         "other names get 400, so that a web page cannot reach the server through DNS rebinding; repeatable",
     ),
     Option(flag="--log-level", type=_lower, choices=LOG_LEVELS, default="info", help="log level"),
+    Option(
+        flag="--log-format",
+        type=_lower,
+        choices=LOG_FORMATS,
+        default="text",
+        help="'text' lines, or 'json': one object per line (time, level, logger, message, request_id, exception), "
+        "uvicorn's access log included",
+    ),
     Option(
         flag="--context-window",
         type=_positive_int,

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..metrics import STORE_WRITE_DURATION
 from ._base import AppendEvents, Op, Store
 
 __all__ = ["Source", "Writer"]
@@ -138,6 +140,7 @@ class Writer:
 
     async def _write(self, groups: list[_Group]) -> None:
         for attempt, delay in enumerate((*RETRY_DELAYS, None)):
+            started = time.monotonic()
             try:
                 await self._store.write([op for group in groups for op in group.ops])
                 return
@@ -145,6 +148,8 @@ class Writer:
                 raise
             except Exception as exc:
                 error = exc
+            finally:
+                STORE_WRITE_DURATION.observe(time.monotonic() - started)
             groups = await self._write_apart(groups)
             if not groups:
                 return

@@ -1,0 +1,115 @@
+"""Request ids and HTTP metrics, as pure ASGI middleware around the whole app.
+
+Every request and WebSocket handshake gets an id: the client's ``x-request-id`` when it is usable
+(``logs.accepted_request_id``: up to 512 printable characters), else ``req_`` + 48 hex digits. It is set for
+everything the request runs (``logs.request_scope``: each log line names it, in every layer and in the
+tasks the request starts) and returned as ``x-request-id`` on the answer, whatever it is: a stream, an error
+of any layer, a 404, a 500 from a bug, a WebSocket handshake accepted or denied.
+
+Each answer is counted in ``harmony_responses_http_requests_total`` by route template (``/v1/responses/{id}``,
+``unmatched`` for a 404 that matched none, never the raw path), method (``WEBSOCKET`` for a handshake),
+status (101 for an accepted socket) and the error body's ``code`` (``""`` for none). The code is read from
+the JSON body of an answer of 400 and more, the only place every layer's errors agree on; those bodies
+are small, and the successful path reads nothing.
+
+It wraps Starlette's own error middleware (``app.ObservedStarlette``), so that the 500 it writes for a bug
+also carries the id and is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..logs import accepted_request_id, request_scope
+from ..metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS
+
+__all__ = ["REQUEST_ID_HEADER", "Observe"]
+
+REQUEST_ID_HEADER = b"x-request-id"
+# The most of an error body read for its code: the API's error bodies are a few hundred bytes.
+MAX_ERROR_BODY = 64 * 1024
+UNMATCHED = "unmatched"
+
+
+def _request_id_header(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == REQUEST_ID_HEADER:
+            return value.decode("latin-1")
+    return None
+
+
+class _Answer:
+    """What the app sent back, as far as the counting needs it."""
+
+    __slots__ = ("body", "status")
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.body: list[bytes] | None = None  # collected for an error's code; None: not collecting
+
+    def code(self) -> str:
+        if not self.body:
+            return ""
+        try:
+            error = orjson.loads(b"".join(self.body)).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            return ""
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if isinstance(code, str) else ""
+
+
+class Observe:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        arrived = time.monotonic()
+        request_id = accepted_request_id(_request_id_header(scope))
+        header = (REQUEST_ID_HEADER, request_id.encode("latin-1"))
+        answer = _Answer()
+
+        async def send_observed(message: Message) -> None:
+            kind = message["type"]
+            if kind in ("http.response.start", "websocket.http.response.start"):
+                answer.status = message["status"]
+                message = {**message, "headers": [*message.get("headers", ()), header]}
+                if answer.status >= 400:
+                    answer.body = []
+            elif kind == "websocket.accept":
+                answer.status = 101
+                message = {**message, "headers": [*message.get("headers", ()), header]}
+            elif kind == "websocket.close" and answer.status is None:
+                answer.status = 403  # closed before the handshake was answered: the server sends a 403
+            elif answer.body is not None and kind in ("http.response.body", "websocket.http.response.body"):
+                if sum(map(len, answer.body)) < MAX_ERROR_BODY:
+                    answer.body.append(message.get("body", b""))
+            await send(message)
+
+        try:
+            with request_scope(request_id, arrived):
+                await self.app(scope, receive, send_observed)
+        except BaseException:
+            if answer.status is None:
+                answer.status = 500
+            raise
+        finally:
+            self._count(scope, answer, arrived)
+
+    @staticmethod
+    def _count(scope: Scope, answer: _Answer, arrived: float) -> None:
+        route: Any = scope.get("route")
+        endpoint = getattr(route, "path", None) or UNMATCHED
+        method = "WEBSOCKET" if scope["type"] == "websocket" else scope.get("method", "")
+        status = answer.status if answer.status is not None else 500
+        HTTP_REQUESTS.labels(endpoint, method, str(status), answer.code()).inc()
+        HTTP_REQUEST_DURATION.labels(endpoint, method).observe(time.monotonic() - arrived)
