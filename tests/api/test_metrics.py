@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,7 +212,8 @@ def test_metrics_count_what_the_responses_report(tmp_path: Path, docs: Path, sta
 
 
 def test_request_ids_are_returned_everywhere_and_name_the_log_lines(tmp_path: Path, started: list[Serve]) -> None:
-    script = write_script(tmp_path / "script.jsonl", [ANSWER, {"refused": True, "error": "the engine is full"}])
+    refusal = {"refused": True, "error": "the engine is full"}
+    script = write_script(tmp_path / "script.jsonl", [ANSWER, ANSWER, refusal])
     server = Serve(script, "--log-format", "json", log=tmp_path / "log")
     started.append(server)
 
@@ -219,6 +221,21 @@ def test_request_ids_are_returned_everywhere_and_name_the_log_lines(tmp_path: Pa
     created = raw.parse()
     generated = raw.headers["x-request-id"]
     assert generated.startswith("req_") and len(generated) == 52
+
+    # The stored response remembers the request that created it; the GET's own id is the GET's.
+    retrieved = server.client.responses.with_raw_response.retrieve(created.id)
+    assert retrieved.headers["x-created-by-request-id"] == generated
+    assert retrieved.headers["x-request-id"].startswith("req_") and retrieved.headers["x-request-id"] != generated
+    background = server.client.responses.create(
+        model=MODEL, input="Later", background=True, extra_headers={"x-request-id": "batch-job-9"}
+    )
+    deadline = time.monotonic() + 20
+    while server.client.responses.retrieve(background.id).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    reply = httpx.get(f"{server.base_url}/responses/{background.id}", timeout=10)
+    assert reply.headers["x-created-by-request-id"] == "batch-job-9"
+    assert "batch-job-9" not in reply.text  # not in the Response (its metadata is the client's)
 
     # The client's own id comes back, on errors as on 404s; an unusable one is replaced.
     refused = httpx.post(

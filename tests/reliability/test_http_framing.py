@@ -51,6 +51,7 @@ def test_framing_errors_get_the_apis_json_error(server: ServerProcess, request_b
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 4"), answer[:200]
     assert b"content-type: application/json" in head.lower()
+    assert b"\r\nx-request-id: req_" in head.lower()  # like every other answer (http/observe.py)
     error = json.loads(body)["error"]
     assert error["type"] == "invalid_request_error" and error["message"]
 

@@ -19,11 +19,16 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from ..errors import APIError
+from ..ids import random_id
+from ..metrics import HTTP_REQUESTS
 
 __all__ = ["DRAIN_EXTENSION", "HEAD_TIMEOUT", "ApiHttpProtocol", "ApiWebSocketProtocol", "api_http_protocol"]
 
 # The scope extension through which a WebSocket endpoint tells the protocol it is still running responses.
 DRAIN_EXTENSION = "harmony_responses.drain"
+
+# The endpoint label of a request that could not be parsed (metrics.HTTP_REQUESTS).
+UNPARSED = "unparsed"
 
 # Seconds from a connection's start (or from a new request's first byte on a kept-alive connection) to the
 # end of the request's headers: generous for any real client, short for a slowloris.
@@ -71,7 +76,9 @@ class ApiHttpProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         body = orjson.dumps(APIError(f"{msg} The request could not be parsed as HTTP/1.1.").body())
-        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        # Never reaches the app: the id and the count that http/observe.py gives every other answer.
+        HTTP_REQUESTS.labels(UNPARSED, "", "400", "").inc()
+        head = [b"HTTP/1.1 400 Bad Request\r\n", b"x-request-id: " + random_id("req").encode() + b"\r\n"]
         for name, value in self.server_state.default_headers:
             head.extend([name, b": ", value, b"\r\n"])
         head.extend(

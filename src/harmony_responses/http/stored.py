@@ -17,7 +17,8 @@ Routes (responses-protocol.md §8; shapes of the ``openai`` package's types)::
 
 Everything is scoped to the caller's API key (``auth.owner_of``): another key's response or conversation
 is a 404, exactly as one that does not exist. ``GET …?stream=true`` works for every stored response (each
-has its event log), not only background ones.
+has its event log), not only background ones. ``GET /v1/responses/{id}`` says which request created the
+response in ``x-created-by-request-id`` (its ``x-request-id``; the answer's own ``x-request-id`` is the GET's).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = ["routes"]
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 20
+CREATED_BY_HEADER = "x-created-by-request-id"
 
 
 def _server(request: Request) -> tuple[Server, str]:
@@ -113,7 +115,9 @@ async def retrieve_response(request: Request) -> ASGIApp:
         after = _int_query(request, "starting_after", -1)
         assert after is not None
         return FollowStream(await server.stored.stream(response_id, owner, after=after))
-    return json_response(await server.stored.retrieve(response_id, owner))
+    response, created_by = await server.stored.retrieve(response_id, owner)
+    # The request that created it, for support: its id names that request's log lines (http/observe.py).
+    return json_response(response, headers={CREATED_BY_HEADER: created_by} if created_by else None)
 
 
 async def delete_response(request: Request) -> Response:

@@ -66,6 +66,7 @@ class LiveResponse:
         background: a background response (cancellable; runs detached from its request).
         conversation_id, conversation_items: the conversation the turn is appended to, and the turn's
             input items; appended with the output when the response ends ``completed`` or ``incomplete``.
+        request_id: the ``x-request-id`` of the request that created it (stored with the row, for support).
     """
 
     def __init__(
@@ -79,12 +80,14 @@ class LiveResponse:
         background: bool = False,
         conversation_id: str | None = None,
         conversation_items: Sequence[tuple[str, bytes]] = (),
+        request_id: str | None = None,
     ) -> None:
         self.id = response_id
         self.owner = owner
         self.created_at = created_at
         self.background = background
         self.persist = persist
+        self.request_id = request_id  # the x-request-id of the request that created it
         self._writer = writer
         self._conversation_id = conversation_id
         self._conversation_items = list(conversation_items)

@@ -37,6 +37,7 @@ import orjson
 
 from ..errors import APIError, not_found
 from ..ids import id_problem, random_id
+from ..logs import current_request_id
 from ..request import ResponseRequest
 from ..store import (
     ACTIVE_STATUSES,
@@ -220,6 +221,7 @@ class StoredResponses:
             background=prepared.background,
             conversation_id=prepared.conversation_id,
             conversation_items=encoded_input if prepared.conversation_id else (),
+            request_id=current_request_id(),
         )
         snapshot = run.translator.response
         insert = InsertResponse(
@@ -234,6 +236,7 @@ class StoredResponses:
                 process_id=self.process.id,
                 cancel_requested=False,
                 response=orjson.dumps(snapshot),
+                request_id=live.request_id,
             ),
             updated_at=time.time(),
             input_items=encoded_input,
@@ -263,16 +266,17 @@ class StoredResponses:
         live = self.live.get(response_id)
         return live if live is not None and live.owner == owner and live.persist else None
 
-    async def retrieve(self, response_id: str, owner: str) -> dict[str, Any]:
-        """The Response as it stands (the running state for a response in progress)."""
+    async def retrieve(self, response_id: str, owner: str) -> tuple[dict[str, Any], str | None]:
+        """The Response as it stands (the running state for a response in progress), and the id of the request
+        that created it (None for one stored before request ids were kept)."""
         known_id("Response", response_id)
         live = self.live_for(response_id, owner)
         if live is not None and live.response is not None:
-            return live.response
+            return live.response, live.request_id
         row = await self.store.get_response(response_id, owner)
         if row is None:
             raise not_found("Response", response_id)
-        return orjson.loads(row.response)
+        return orjson.loads(row.response), row.request_id
 
     async def stream(self, response_id: str, owner: str, *, after: int) -> AsyncIterator[bytes]:
         """The response's log as SSE from ``sequence_number > after``, then live events until the end.

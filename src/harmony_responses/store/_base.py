@@ -76,6 +76,7 @@ class StoredResponse:
     process_id: str | None
     cancel_requested: bool
     response: bytes
+    request_id: str | None = None  # the x-request-id of the request that created it (logs.py), for support
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,7 +171,7 @@ Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConver
 # A StoredResponse's columns, in its field order (the row also has ``updated_at``).
 RESPONSE_COLUMNS = (
     "id, owner, created_at, status, background, previous_response_id, conversation_id, process_id, "
-    "cancel_requested, response"
+    "cancel_requested, response, request_id"
 )
 
 
@@ -223,6 +224,7 @@ class Rows:
                         r.process_id,
                         r.cancel_requested,
                         r.response,
+                        r.request_id,
                         op.updated_at,
                     )
                 )

@@ -91,6 +91,8 @@ SQLITE: tuple[Migration, ...] = (
             "CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL, created_at REAL NOT NULL)",
         ),
     ),
+    # The x-request-id of the request that created each response (NULL for rows from before), for support.
+    (4, ("ALTER TABLE responses ADD COLUMN request_id TEXT",)),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -171,6 +173,8 @@ POSTGRES: tuple[Migration, ...] = (
             "CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)",
         ),
     ),
+    # See SQLite's version 4.
+    (4, ("ALTER TABLE responses ADD COLUMN request_id TEXT",)),
 )
 
 LATEST = SQLITE[-1][0]

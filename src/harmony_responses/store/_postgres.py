@@ -55,6 +55,7 @@ def _response(row: Any) -> StoredResponse:
         process_id=row[7],
         cancel_requested=row[8],
         response=bytes(row[9]),
+        request_id=row[10],
     )
 
 
@@ -123,7 +124,7 @@ class PostgresStore(Store):
             if rows.responses:
                 await conn.executemany(
                     f"INSERT INTO responses ({RESPONSE_COLUMNS}, updated_at) "
-                    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+                    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
                     rows.responses,
                 )
             if rows.updates:

@@ -63,6 +63,7 @@ def _response(row: tuple[Any, ...]) -> StoredResponse:
         process_id=row[7],
         cancel_requested=bool(row[8]),
         response=bytes(row[9]),
+        request_id=row[10],
     )
 
 
