@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -343,3 +344,29 @@ def test_worker_processes_sharing_a_folder_show_one_servers_metrics(
     seen = three.scrape()
     assert value(seen, p + "responses_total", model=MODEL, status="completed") == 2
     assert value(seen, p + "input_tokens_total", model=MODEL) == sum(r.usage.input_tokens for r in made)  # type: ignore[union-attr]
+
+
+def test_serve_workers_scrapes_add_up_every_worker(tmp_path: Path, started: list[Serve]) -> None:
+    # --workers 2 points PROMETHEUS_MULTIPROC_DIR at a folder of its own: whichever worker answers a scrape
+    # (the kernel picks one per connection), it counts the responses both made.
+    script = write_script(tmp_path / "script.jsonl", [ANSWER])
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    server = Serve(script, "--workers", "2", "--store", store, log=tmp_path / "log")
+    started.append(server)
+    body = {"model": MODEL, "input": "Hi"}
+
+    def create(_: int) -> int:
+        reply = httpx.post(server.base_url + "/responses", json=body, timeout=30)  # a connection each
+        assert reply.status_code == 200, reply.text
+        return int(reply.json()["usage"]["input_tokens"])
+
+    with ThreadPoolExecutor(4) as pool:
+        inputs = list(pool.map(create, range(8)))
+    p = "harmony_responses_"
+    for _ in range(6):
+        seen = server.scrape()
+        assert value(seen, p + "responses_total", model=MODEL, status="completed") == 8
+        assert value(seen, p + "input_tokens_total", model=MODEL) == sum(inputs)
+        assert (
+            value(seen, p + "http_requests_total", endpoint="/v1/responses", method="POST", status="200", code="") == 8
+        )

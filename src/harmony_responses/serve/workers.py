@@ -305,10 +305,8 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection) -> None
 
 def _worker_exited(pid: int) -> None:
     """A worker is gone: its live gauges stop counting in the metrics the workers share."""
-    try:
-        from ..metrics import mark_process_dead  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:  # a build without /metrics
-        return
+    from ..metrics import mark_process_dead  # here, not at the top: the parent needs prometheus-client only now
+
     try:
         mark_process_dead(pid)
     except Exception:  # metrics must never take the supervisor down
