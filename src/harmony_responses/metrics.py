@@ -54,6 +54,7 @@ __all__ = [
     "TOOL_CALLS",
     "TOOL_CALL_DURATION",
     "add_to_histogram",
+    "engine_label",
     "RunMetrics",
     "exposition",
     "mark_process_dead",
@@ -212,6 +213,15 @@ _FAILURE_REASONS = {
 }
 _SERVER_TOOLS = {"code_interpreter_call": "code_interpreter", "web_search_call": "web_search", "mcp_call": "mcp"}
 _CLIENT_TOOLS = {"function_call": "function", "custom_tool_call": "custom"}
+
+
+def engine_label(engine: Any) -> str:
+    """The ``engine`` label of an engine: its kind (``Engine.name``: ``vllm``, ``replay``, …); for a set of
+    replicas, the kinds of its replicas (``vllm``, or ``llamacpp+vllm``), not the set's own name."""
+    replicas = getattr(engine, "engines", None)
+    if isinstance(replicas, list) and replicas:
+        return "+".join(sorted({engine_label(replica) for replica in replicas}))
+    return str(getattr(engine, "name", type(engine).__name__))
 
 
 def failure_reason(exc: BaseException) -> str:

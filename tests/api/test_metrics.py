@@ -370,3 +370,20 @@ def test_serve_workers_scrapes_add_up_every_worker(tmp_path: Path, started: list
         assert (
             value(seen, p + "http_requests_total", endpoint="/v1/responses", method="POST", status="200", code="") == 8
         )
+
+
+def test_replicas_are_labelled_by_their_kind(tmp_path: Path, started: list[Serve]) -> None:
+    # Two replicas of one model (--engine NAME=SPEC twice): the engine label is what they are, not "replicas".
+    one = write_script(tmp_path / "one.jsonl", [ANSWER])
+    two = write_script(tmp_path / "two.jsonl", [ANSWER])
+    server = Serve(one, "--engine", f"{MODEL}={one}", "--engine", f"{MODEL}={two}", log=tmp_path / "log")
+    started.append(server)
+    for _ in range(3):
+        server.client.responses.create(model=MODEL, input="Hi")
+    seen = server.scrape()
+    calls = {
+        dict(labels)["engine"]: v
+        for (name, labels), v in seen.items()
+        if name == "harmony_responses_engine_calls_total"
+    }
+    assert calls == {"replay": 3}

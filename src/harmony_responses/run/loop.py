@@ -61,7 +61,7 @@ from openai_harmony import Author, Message, Role
 
 from ..engine import Engine, EngineStream, GenerateRequest
 from ..errors import APIError
-from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, failure_reason
+from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, engine_label, failure_reason
 from ..request.schema import instance_problem
 from ..request.sealed import ReasoningSealer
 from ..tokens import EngineEnd, TokenChunk
@@ -144,7 +144,7 @@ class ResponseRun:
         self._compaction = compaction
         self._prefill: list[int] = []  # after a compaction: the answer's prefill, received once the item is done
         self._summary_tokens = 0  # output tokens of the compaction's summary (not counted against the budget)
-        self.metrics = metrics or RunMetrics(model=str(translator.response.get("model")), engine=engine.name)
+        self.metrics = metrics or RunMetrics(model=str(translator.response.get("model")), engine=engine_label(engine))
         self._began = False  # the engine took the request (or a call set up before generation runs first)
         self._stream: EngineStream | None = None
         self._first: TokenChunk | EngineEnd | _Empty | None = None

@@ -21,7 +21,7 @@ from ..engine import Engine, GenerateRequest, ToolGrammar
 from ..errors import APIError
 from ..ids import random_id
 from ..logs import request_arrived
-from ..metrics import RunMetrics
+from ..metrics import RunMetrics, engine_label
 from ..offload import offload
 from ..render import RenderError, render_request
 from ..request import ReasoningSealer, ResponseRequest
@@ -465,5 +465,5 @@ async def build_run(
         context_window=prompting.context_window,
         prelude=mcp_prelude,
         compaction=compaction,
-        metrics=RunMetrics(model=options.model, engine=engine.name, arrived=request_arrived()),
+        metrics=RunMetrics(model=options.model, engine=engine_label(engine), arrived=request_arrived()),
     )
