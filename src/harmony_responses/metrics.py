@@ -42,11 +42,16 @@ from prometheus_client import multiprocess as _multiprocess
 
 __all__ = [
     "CONTENT_TYPE",
+    "CACHED_TOKENS",
     "ENGINE_CALLS",
     "ENGINE_FAILURES",
     "HTTP_REQUESTS",
     "HTTP_REQUEST_DURATION",
+    "INPUT_TOKENS",
+    "OUTPUT_TOKENS",
     "QUEUE_DEPTH",
+    "REASONING_TOKENS",
+    "RESPONSES",
     "STORE_WRITE_DURATION",
     "STREAMS_IN_FLIGHT",
     "TIME_BETWEEN_TOKENS",
@@ -55,6 +60,7 @@ __all__ = [
     "TOOL_CALL_DURATION",
     "add_to_histogram",
     "engine_label",
+    "failure_reason",
     "RunMetrics",
     "exposition",
     "mark_process_dead",
@@ -211,7 +217,6 @@ _FAILURE_REASONS = {
     "EngineMismatch": "mismatch",
     "EngineError": "error",
 }
-_SERVER_TOOLS = {"code_interpreter_call": "code_interpreter", "web_search_call": "web_search", "mcp_call": "mcp"}
 _CLIENT_TOOLS = {"function_call": "function", "custom_tool_call": "custom"}
 
 
@@ -319,8 +324,3 @@ class RunMetrics:
             tool = _CLIENT_TOOLS.get(str(item.get("type")))
             if tool is not None:
                 TOOL_CALLS.labels(tool, "client").inc()
-
-
-def tool_label(item_type: str) -> str:
-    """The tool label of a built-in call's item type (``code_interpreter_call`` → ``code_interpreter``)."""
-    return _SERVER_TOOLS.get(item_type, item_type.removesuffix("_call"))

@@ -387,3 +387,32 @@ def test_replicas_are_labelled_by_their_kind(tmp_path: Path, started: list[Serve
         if name == "harmony_responses_engine_calls_total"
     }
     assert calls == {"replay": 3}
+
+
+def test_json_log_lines_carry_the_exception_and_the_request_id(capsys: pytest.CaptureFixture[str]) -> None:
+    # The configuration serve installs (logs.configure), on a logger of ours, inside and outside a request.
+    import logging
+
+    from harmony_responses.logs import JsonFormatter, RequestIdFilter, request_scope
+
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("harmony_responses.test_json_logs")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with request_scope("req_trace"):
+            try:
+                raise ValueError("the engine said no")
+            except ValueError:
+                logger.exception("engine stream raised %s", "mid-generation")
+        logger.warning("outside")
+    finally:
+        logger.removeHandler(handler)
+    inside, outside = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert inside["message"] == "engine stream raised mid-generation" and inside["level"] == "error"
+    assert inside["request_id"] == "req_trace" and inside["logger"] == "harmony_responses.test_json_logs"
+    assert "Traceback" in inside["exception"] and "ValueError: the engine said no" in inside["exception"]
+    assert outside["request_id"] is None and "exception" not in outside
+    assert inside["time"].endswith("+00:00")
