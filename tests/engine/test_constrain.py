@@ -184,3 +184,22 @@ def test_what_cannot_be_constrained_is_sent_unconstrained(kind: str, tools: list
         for sent in s.fake.requests:
             sampling = sent.get("sampling_params", sent)
             assert "structured_outputs" not in sampling and "structural_tag" not in sampling and "grammar" not in sent
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang", "llamacpp"])
+def test_an_engine_refusing_the_grammars_keeps_the_schema(kind: str) -> None:
+    # An older engine that does not take the tools' structural tag (the newer format) still gets the schema's.
+    fakes = {"vllm": VLLMFake, "sglang": SGLangFake, "llamacpp": LlamaCppFake}
+    final = harmony('<|channel|>final<|message|>{"a": 1}<|return|>')
+    refusal = Scenario(status=400, message="unknown structural tag format")
+    body = {"input": "Hi", "tools": [APPLY_PATCH], "text": TEXT_FORMAT}
+    with stack(kind, fakes[kind](refusal, Scenario(tokens=final), Scenario(tokens=final))) as s:
+        assert s.post(body).json()["status"] == "completed"
+        assert s.post(body).json()["status"] == "completed"
+        first, retried, later = s.fake.requests
+    if kind == "llamacpp":
+        assert "grammar" in first and "grammar" not in retried and "grammar" not in later
+        return
+    assert any(t["begin"].startswith("to=functions.") for t in tag_of(first, kind)["format"]["tags"])
+    for sent in (retried, later):  # the schema alone, as before the tools' grammars
+        assert tag_of(sent, kind)["structures"][0]["begin"] == "<|channel|>final<|message|>"

@@ -112,10 +112,11 @@ def _calls(request: GenerateRequest, prefixed: bool) -> tuple[list[_Call], _Call
     return calls, None
 
 
-def structural_tag(request: GenerateRequest) -> dict[str, Any] | None:
-    """The xgrammar structural tag for ``request``: its schema and its tools' grammars; None for neither."""
-    calls, inside = _calls(request, prefixed=False)
-    schema = request.response_schema
+def structural_tag(request: GenerateRequest, *, final: bool = True, tools: bool = True) -> dict[str, Any] | None:
+    """The xgrammar structural tag for ``request``: its schema (unless not ``final``) and its tools' grammars
+    (unless not ``tools``); None for neither."""
+    calls, inside = _calls(request, prefixed=False) if tools else ([], None)
+    schema = request.response_schema if final else None
     if inside is not None:
         # Held to the grammar from the first token; free after it, where <|call|> ends the generation.
         fmt: dict[str, Any] = {

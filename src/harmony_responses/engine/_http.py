@@ -457,9 +457,10 @@ class HTTPEngine(Engine):
         self.model: str | None = self.options.model
         self.label = f"{self.name} at {self.url}"
         # Constrain the final channel to text.format's schema and custom tools' input to their grammars
-        # where the adapter can (_constrain.py); switched off for good when the engine refuses the
-        # constraint (an older version).
+        # where the adapter can (_constrain.py); each switched off for good when the engine refuses it
+        # (an older version), the tools' first: their structural tag is the newer format.
         self.constrain_final = True
+        self.constrain_tools = True
         self._client: aiohttp.ClientSession | None = None
 
     @property
@@ -491,6 +492,17 @@ class HTTPEngine(Engine):
     def constrains(self, reader: StreamReader) -> bool:
         """Whether ``body(reader)`` asks the engine to constrain part of the output (``_constrain.py``)."""
         return False
+
+    def relax(self, reader: StreamReader) -> str | None:
+        """After the engine refused ``reader``'s constraint: stop sending it, for good. What was dropped
+        (for the log), or None when there was nothing left to drop."""
+        if self.constrain_tools and reader.request.tool_grammars:
+            self.constrain_tools = False
+            return "custom tools' grammars"
+        if self.constrain_final:
+            self.constrain_final = False
+            return "constrained decoding"
+        return None
 
     # ------------------------------------------------------------------ lifetime
 
@@ -650,12 +662,13 @@ class HTTPEngine(Engine):
                                 break
                             error = refused(label, response.status, await _read_bounded(response))
                             response.release()  # back to the pool when the body was read to its end
-                            if constrained and response.status == 400 and self.constrain_final:
-                                # This engine version does not take our constraint: go on
-                                # without it (the strict-schema check after generation still applies).
-                                self.constrain_final = False
-                                logger.warning("%s; generating without constrained decoding from now on", error)
-                                continue
+                            if constrained and response.status == 400:
+                                # This engine version does not take our constraint: go on without it
+                                # (the strict-schema check after generation still applies).
+                                dropped = self.relax(reader)
+                                if dropped:
+                                    logger.warning("%s; generating without %s from now on", error, dropped)
+                                    continue
                             may_run = False
                             raise error
                         # Whatever the socket delivered, split into lines here rather than one

@@ -267,7 +267,7 @@ class LlamaCppEngine(HTTPEngine):
             # n_probs 0 means no probabilities at all: ask for one to get the sampled token's.
             body["n_probs"] = max(1, request.top_logprobs)
             body["post_sampling_probs"] = False
-        grammar = lazy_grammar(request) if self.constrain_final else None
+        grammar = lazy_grammar(request) if self.constrain_tools else None
         if grammar is not None:
             body.update(grammar)
         if self.model is not None:
@@ -275,7 +275,7 @@ class LlamaCppEngine(HTTPEngine):
         return body
 
     def constrains(self, reader: StreamReader) -> bool:
-        return self.constrain_final and lazy_grammar(reader.request) is not None
+        return self.constrain_tools and lazy_grammar(reader.request) is not None
 
     async def check(self) -> None:
         await self.get_ok("/health")

@@ -139,7 +139,7 @@ class SGLangEngine(HTTPEngine):
         return _Reader(request, self.label)
 
     def constrains(self, reader: StreamReader) -> bool:
-        return self.constrain_final and structural_tag(reader.request) is not None
+        return structural_tag(reader.request, final=self.constrain_final, tools=self.constrain_tools) is not None
 
     def body(self, reader: StreamReader) -> dict[str, Any]:
         request = reader.request
@@ -154,7 +154,7 @@ class SGLangEngine(HTTPEngine):
             sampling["temperature"] = request.temperature
         if request.top_p is not None:
             sampling["top_p"] = request.top_p
-        tag = structural_tag(request) if self.constrain_final else None
+        tag = structural_tag(request, final=self.constrain_final, tools=self.constrain_tools)
         if tag is not None:
             sampling["structural_tag"] = orjson.dumps(tag).decode()
         body: dict[str, Any] = {

@@ -144,7 +144,7 @@ class VLLMEngine(HTTPEngine):
         return cls(request, self.label)
 
     def constrains(self, reader: StreamReader) -> bool:
-        return self.constrain_final and structural_tag(reader.request) is not None
+        return structural_tag(reader.request, final=self.constrain_final, tools=self.constrain_tools) is not None
 
     def body(self, reader: StreamReader) -> dict[str, Any]:
         request = reader.request
@@ -160,7 +160,7 @@ class VLLMEngine(HTTPEngine):
             sampling["top_p"] = request.top_p
         if request.top_logprobs is not None:
             sampling["logprobs"] = request.top_logprobs
-        tag = structural_tag(request) if self.constrain_final else None
+        tag = structural_tag(request, final=self.constrain_final, tools=self.constrain_tools)
         if tag is not None:
             # A field of vLLM's SamplingParams: the completions body and generate's sampling_params take it alike.
             sampling["structured_outputs"] = {"structural_tag": orjson.dumps(tag).decode()}
