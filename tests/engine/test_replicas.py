@@ -174,17 +174,39 @@ def test_affinity_by_previous_response_id_on_http_replicas() -> None:
     with (
         replicas(VLLMFake(), VLLMFake()) as (a, b),
         our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}")) as root,
+        client(root) as c,
     ):
-        with client(root) as c:
-            first = c.responses.create(model=MODEL, input="hi")
-            home, other = (a, b) if first.id in a.ids else (b, a)
-            second = c.responses.create(model=MODEL, input="more", previous_response_id=first.id)
-            assert second.id in home.ids
-            elsewhere = c.responses.create(model=MODEL, input="unrelated")  # idle replicas take turns
-            assert elsewhere.id in other.ids
-            third = c.responses.create(model=MODEL, input="again", previous_response_id=second.id)
-            fourth = c.responses.create(model=MODEL, input="again", previous_response_id=elsewhere.id)
-            assert third.id in home.ids and fourth.id in other.ids
+
+        def replica_of(response_id: str) -> str:
+            return "a" if response_id in a.ids else "b"
+
+        # Six chains, their turns interleaved: each turn goes where its previous response was generated.
+        chains = [[c.responses.create(model=MODEL, input=f"chain {i}").id] for i in range(6)]
+        for turn in range(3):
+            for chain in chains:
+                chain.append(c.responses.create(model=MODEL, input=f"turn {turn}", previous_response_id=chain[-1]).id)
+        for chain in chains:
+            assert len({replica_of(r) for r in chain}) == 1, chain
+
+
+def test_processes_sharing_a_store_keep_a_chain_on_one_replica(tmp_path: Path) -> None:
+    # Two of our servers (as --workers runs them) sharing one store and two replicas, and nothing else: a
+    # chain whose turns alternate between them stays on one replica.
+    store = f"sqlite:{tmp_path / 'shared.db'}"
+    with (
+        replicas(VLLMFake(), VLLMFake()) as (a, b),
+        our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}"), store=store) as first,
+        our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}"), store=store) as second,
+        client(first) as one,
+        client(second) as two,
+    ):
+        two.responses.create(model=MODEL, input="warm up", store=False)  # the two choose in different turns
+        for i in range(8):
+            chain = [one.responses.create(model=MODEL, input=f"chain {i}").id]
+            for turn in range(3):
+                c = two if turn % 2 == 0 else one
+                chain.append(c.responses.create(model=MODEL, input=f"turn {turn}", previous_response_id=chain[-1]).id)
+            assert len({"a" if r in a.ids else "b" for r in chain}) == 1, (i, chain)
 
 
 def test_a_replica_killed_mid_run_is_taken_out_and_put_back_when_it_answers(caplog: pytest.LogCaptureFixture) -> None:

@@ -12,15 +12,15 @@ Choosing a replica (``_choose``):
    is out, or when it has more calls in flight than the least busy candidate by more than
    ``max(affinity_slack, least // 2)`` (4 by default: a replica 5 calls busier than an idle one, or 50%
    plus busier under load, loses the call; a recomputed prefix costs less than queueing behind others).
-3. A key this process has not seen (a conversation or ``prompt_cache_key`` whose earlier turns another
-   worker process served, or that is new) goes to the replica its rendezvous hash prefers, with the same
-   slack: every process sharing the replicas picks the same one, without sharing any state.
+3. A key this process has not seen (a conversation, ``prompt_cache_key`` or ``previous_response_id``
+   chain whose earlier turns another worker process served, or that is new) goes to the replica its
+   rendezvous hash prefers, with the same slack: every process sharing the replicas picks the same one,
+   without sharing any state.
 4. Otherwise the candidate with the fewest calls in flight; among equals, the one chosen least recently.
 
 The key → replica map is a bounded LRU (``affinity_size`` entries) in this process; when a call is sent,
 its keys are re-pointed at the replica chosen (so the calls of a burst sharing a key follow the first). A
-previous response is found through this map only: a follow-up that another process generated falls to
-its conversation or ``prompt_cache_key`` (hashed), else to the least busy replica.
+previous response is found through this map; one another process generated, through its chain's hash.
 
 Failures. A replica that cannot take a call before its first item (unreachable, timed out, a cut
 connection, an HTTP 5xx) is taken out of service and the call goes to another replica not tried yet; a
@@ -70,7 +70,7 @@ PROBE_MAX_DELAY = 15.0
 # A replica that takes longer to answer a probe is treated as down (a readiness probe must answer quickly).
 PROBE_TIMEOUT = 5.0
 # Keys a client sends with every turn (unlike a response id, which only the process that made it knows).
-HASHED_KEYS = ("conversation:", "prompt_cache_key:")
+HASHED_KEYS = ("conversation:", "prompt_cache_key:", "chain:")
 
 
 def is_outage(exc: EngineError) -> bool:

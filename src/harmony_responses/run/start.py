@@ -302,7 +302,10 @@ def affinity_keys(request: ResponseRequest) -> tuple[str, ...]:
     """What ties the request to earlier engine calls, most specific first (``GenerateRequest.affinity``).
 
     The previous response's prompt is this one's prefix; a conversation's or a ``prompt_cache_key``'s last
-    response most likely too. An engine with replicas sends the call where those went.
+    response most likely too. An engine with replicas sends the call where those went. ``chain:`` names a
+    ``previous_response_id`` chain by the id of its first stored item, the same for every response of the
+    chain (and for its first, when stored): another process, which does not know the previous response,
+    finds the chain's replica by hashing it.
     """
     keys = []
     if request.previous_response_id:
@@ -312,6 +315,11 @@ def affinity_keys(request: ResponseRequest) -> tuple[str, ...]:
     cache_key = request.body.get("prompt_cache_key")
     if isinstance(cache_key, str) and cache_key:
         keys.append(f"prompt_cache_key:{cache_key}")
+    if request.conversation_id is None and (request.previous_response_id or request.store):
+        items = request.model_request.get("input")
+        first = items[0] if isinstance(items, list) and items else None
+        if isinstance(first, dict) and isinstance(first.get("id"), str):
+            keys.append(f"chain:{first['id']}")
     return tuple(keys)
 
 
