@@ -19,6 +19,7 @@ also carries the id and is counted.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -78,7 +79,11 @@ class Observe:
         header = (REQUEST_ID_HEADER, request_id.encode("latin-1"))
         answer = _Answer()
 
-        async def send_observed(message: Message) -> None:
+        # A plain function returning send's awaitable, not a coroutine of its own: each body write of a
+        # stream passes here, and an extra coroutine frame per write cost 0.3 µs of an event's 6.
+        def send_observed(message: Message) -> Awaitable[None]:
+            if answer.status is not None and answer.body is None:
+                return send(message)  # the answer has started and nothing is collected: pass it on
             kind = message["type"]
             if kind in ("http.response.start", "websocket.http.response.start"):
                 answer.status = message["status"]
@@ -93,7 +98,7 @@ class Observe:
             elif answer.body is not None and kind in ("http.response.body", "websocket.http.response.body"):
                 if sum(map(len, answer.body)) < MAX_ERROR_BODY:
                     answer.body.append(message.get("body", b""))
-            await send(message)
+            return send(message)
 
         try:
             with request_scope(request_id, arrived):
