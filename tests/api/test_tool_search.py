@@ -173,7 +173,7 @@ CALL_READ = '<|channel|>commentary to=mcp__files__.read_file <|constrain|>json<|
 
 
 def test_a_client_answers_the_search_and_the_model_calls_what_it_loaded(serve: Serve) -> None:
-    scripted = Scripted(SEARCH, CALL_READ)
+    scripted = Scripted(SEARCH, CALL_READ, CALL_READ)
     client = openai_client(serve(scripted.engine))
     with client.responses.stream(model=MODEL, input="Read a.txt", tools=[CLIENT_SEARCH_TOOL]) as stream:
         events = [event.model_dump() for event in stream]
@@ -193,7 +193,12 @@ def test_a_client_answers_the_search_and_the_model_calls_what_it_loaded(serve: S
     second = client.responses.create(
         model=MODEL, previous_response_id=first.id, input=[answer], tools=[CLIENT_SEARCH_TOOL]
     )
-    message = _tool_message(scripted.prompts[-1])
+    by_id = scripted.prompts[-1]
+    # Resent as items (a stateless client, Codex's custom provider): the same prompt, byte for byte.
+    resent = [{"role": "user", "content": "Read a.txt"}, call.model_dump(exclude_none=True), answer]
+    client.responses.create(model=MODEL, input=resent, tools=[CLIENT_SEARCH_TOOL])
+    assert scripted.prompts[-1] == by_id
+    message = _tool_message(by_id)
     declared = "## mcp__files__\n\n// Files on disk.\nnamespace mcp__files__ {\n\n// Read a file.\ntype read_file"
     assert declared in message
     # Stored with an id of its kind, as the input items list it.
