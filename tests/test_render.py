@@ -1103,6 +1103,16 @@ def test_a_forced_deferred_function_is_declared() -> None:
     assert "type get_weather" in text
 
 
+def test_allowed_tools_may_keep_or_drop_the_search() -> None:
+    tools = [{"type": "tool_search"}, dict(WEATHER_TOOL, defer_loading=True), APPLY_PATCH]
+    keep = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "tool_search"}]}
+    text = text_of({"input": "x", "tools": tools, "tool_choice": keep})
+    assert "type tool_search" in text and "apply_patch" not in text
+    drop = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "apply_patch"}]}
+    text = text_of({"input": "x", "tools": tools, "tool_choice": drop})
+    assert "tool_search" not in text and "type apply_patch" in text
+
+
 def test_the_search_ranks_names_over_descriptions_and_keeps_declaration_order() -> None:
     from harmony_responses.render import answer_tool_search
 
