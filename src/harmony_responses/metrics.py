@@ -98,6 +98,12 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
+# prometheus-client writes each process's values into the folder as soon as a metric exists (below): a
+# folder that is not there yet would end the process at start with a FileNotFoundError.
+if multiprocess_dir() is not None:
+    os.makedirs(multiprocess_dir() or "", exist_ok=True)
+
+
 HTTP_REQUESTS = Counter(
     PREFIX + "http_requests_total",
     "HTTP requests and WebSocket handshakes answered, by route template, method, status and the error body's code",

@@ -290,8 +290,7 @@ def test_text_logs_name_the_request_after_the_message(tmp_path: Path, started: l
 def test_worker_processes_sharing_a_folder_show_one_servers_metrics(
     tmp_path: Path, started: list[Serve], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    folder = tmp_path / "prometheus"
-    folder.mkdir()
+    folder = tmp_path / "prometheus"  # not made yet: the first process makes it
     env = {metrics.MULTIPROC_ENV: str(folder)}
     script = write_script(tmp_path / "script.jsonl", [ANSWER])
     slow = write_script(tmp_path / "slow.jsonl", [SLOW])
