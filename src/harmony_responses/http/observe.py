@@ -100,13 +100,18 @@ class Observe:
                     answer.body.append(message.get("body", b""))
             return send(message)
 
+        context = request_scope(request_id, arrived)
+        context.__enter__()
         try:
-            with request_scope(request_id, arrived):
-                await self.app(scope, receive, send_observed)
+            await self.app(scope, receive, send_observed)
         except BaseException:
+            # The id stays set: uvicorn's own line about the exception, logged next in this task (uvicorn runs
+            # each request in a task of its own, which ends with it), names the request too.
             if answer.status is None:
                 answer.status = 500
             raise
+        else:
+            context.__exit__(None, None, None)
         finally:
             self._count(scope, answer, arrived)
 
