@@ -65,9 +65,9 @@ class Serve:
         self.root = self.base_url.removesuffix("/v1")
         self.client = openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=30)
 
-    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def scrape(self, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of ``/metrics``: (name, sorted labels) → value, as Prometheus's parser reads it."""
-        reply = httpx.get(self.root + "/metrics", timeout=10)
+        reply = httpx.get(self.root + "/metrics", headers=headers, timeout=10)
         assert reply.status_code == 200, reply.text
         assert reply.headers["content-type"].startswith("text/plain")
         samples = {}
@@ -371,15 +371,18 @@ def test_serve_workers_scrapes_add_up_every_worker(tmp_path: Path, started: list
         )
 
 
-def test_replicas_are_labelled_by_their_kind(tmp_path: Path, started: list[Serve]) -> None:
+def test_replicas_are_labelled_by_their_kind_and_metrics_need_the_key(tmp_path: Path, started: list[Serve]) -> None:
     # Two replicas of one model (--engine NAME=SPEC twice): the engine label is what they are, not "replicas".
     one = write_script(tmp_path / "one.jsonl", [ANSWER])
     two = write_script(tmp_path / "two.jsonl", [ANSWER])
-    server = Serve(one, "--engine", f"{MODEL}={one}", "--engine", f"{MODEL}={two}", log=tmp_path / "log")
+    replicas = ["--engine", f"{MODEL}={one}", "--engine", f"{MODEL}={two}"]
+    server = Serve(one, *replicas, "--api-key", "unused", log=tmp_path / "log")  # the client's key
     started.append(server)
     for _ in range(3):
         server.client.responses.create(model=MODEL, input="Hi")
-    seen = server.scrape()
+    # Behind the key like every endpoint but /health and /ready.
+    assert httpx.get(server.root + "/metrics", timeout=10).status_code == 401
+    seen = server.scrape(authorization="Bearer unused")
     calls = {
         dict(labels)["engine"]: v
         for (name, labels), v in seen.items()
