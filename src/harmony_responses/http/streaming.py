@@ -41,9 +41,10 @@ __all__ = ["SSE_HEADERS", "FollowStream", "RunResponse"]
 
 logger = logging.getLogger("harmony_responses.http")
 
-# Batches (engine chunks' events) buffered between the run and the socket: enough to coalesce writes, few
-# enough that a client that stops reading holds back its engine soon.
-BUFFERED_BATCHES = 64
+# Bytes of events buffered between the run and the socket: enough to coalesce writes, few enough that a
+# client that stops reading holds back its engine soon. Counted in bytes, not batches: one engine read may
+# carry hundreds of tokens (engine/_http.py), one batch of a paced engine a single one.
+BUFFERED_BYTES = 64 * 1024
 _SSE_STREAMS = STREAMS_IN_FLIGHT.labels("sse")
 
 SSE_HEADERS = [
@@ -55,7 +56,7 @@ SSE_HEADERS = [
 
 
 class _Handoff:
-    """The producer's bodies on their way to the writer: at most ``limit`` waiting, taken all at once.
+    """The producer's bodies on their way to the writer: up to ``limit`` bytes waiting, taken all at once.
 
     Hand-written rather than anyio's memory object stream, which does the same job but whose ``receive``
     takes an extra event-loop turn (a checkpoint) before it waits: once per engine chunk per stream when
@@ -64,24 +65,27 @@ class _Handoff:
 
     def __init__(self, limit: int) -> None:
         self._bodies: deque[bytes] = deque()
+        self._size = 0  # bytes in _bodies
         self._limit = limit
         self._closed = False
         self._readable: asyncio.Future[None] | None = None  # the taker, waiting for a body
         self._writable: asyncio.Future[None] | None = None  # the putter, waiting for room
 
     def put_nowait(self, body: bytes) -> bool:
-        """Queue ``body`` if there is room; False if the taker is ``limit`` bodies behind."""
-        if len(self._bodies) >= self._limit:
+        """Queue ``body`` if there is room; False if the taker is ``limit`` bytes behind."""
+        if self._size >= self._limit:
             return False
         self._bodies.append(body)
+        self._size += len(body)
         _wake(self._readable)
         return True
 
     async def put(self, body: bytes) -> None:
-        while len(self._bodies) >= self._limit:
+        while self._size >= self._limit:
             self._writable = asyncio.get_running_loop().create_future()
             await self._writable
         self._bodies.append(body)
+        self._size += len(body)
         _wake(self._readable)
 
     def close(self) -> None:
@@ -98,6 +102,7 @@ class _Handoff:
             await self._readable
         bodies = list(self._bodies)
         self._bodies.clear()
+        self._size = 0
         _wake(self._writable)
         return bodies
 
@@ -162,7 +167,7 @@ class RunResponse:
         # path (a fast engine, or many streams sharing the CPU), they share writes instead of paying uvicorn's
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine.
-        handoff = _Handoff(BUFFERED_BATCHES)
+        handoff = _Handoff(BUFFERED_BYTES)
         async with anyio.create_task_group() as group:
             group.start_soon(self._produce, handoff)
             try:
