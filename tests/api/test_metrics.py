@@ -205,6 +205,14 @@ def test_metrics_count_what_the_responses_report(tmp_path: Path, docs: Path, sta
     missing = httpx.get(server.root + "/v1/nothing/here", timeout=10)
     assert missing.status_code == 404
     assert value(server.scrape(), requests, endpoint="unmatched", method="GET", status="404", code="") == 1
+    # The other methods HTTP parsers know (WebDAV's…) are one series; made-up ones are not parsed at all.
+    for method in ("PROPFIND", "MKCOL"):
+        assert httpx.request(method, server.base_url + "/responses", timeout=10).status_code == 405
+    assert httpx.request("BREW", server.base_url + "/responses", timeout=10).status_code == 400
+    others = server.scrape()
+    assert value(others, requests, endpoint="/v1/responses", method="other", status="405", code="") == 2
+    assert value(others, requests, endpoint="unparsed", method="", status="400", code="") == 1
+    assert not [labels for (name, labels) in others if name == requests and "PROPFIND" in str(labels)]
 
     # Nothing is left in flight or waiting; the store's writer committed rounds.
     assert total(after, p + "streams_in_flight") == 0

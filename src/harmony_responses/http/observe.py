@@ -7,7 +7,8 @@ tasks the request starts) and returned as ``x-request-id`` on the answer, whatev
 of any layer, a 404, a 500 from a bug, a WebSocket handshake accepted or denied.
 
 Each answer is counted in ``harmony_responses_http_requests_total`` by route template (``/v1/responses/{id}``,
-``unmatched`` for a 404 that matched none, never the raw path), method (``WEBSOCKET`` for a handshake),
+``unmatched`` for a 404 that matched none, never the raw path), method (``WEBSOCKET`` for a handshake,
+``other`` for a method HTTP does not define),
 status (101 for an accepted socket) and the error body's ``code`` (``""`` for none). The code is read from
 the JSON body of an answer of 400 and more, the only place every layer's errors agree on; those bodies
 are small, and the successful path reads nothing.
@@ -34,6 +35,9 @@ REQUEST_ID_HEADER = b"x-request-id"
 # The most of an error body read for its code: the API's error bodies are a few hundred bytes.
 MAX_ERROR_BODY = 64 * 1024
 UNMATCHED = "unmatched"
+# The method label's values: every other method a client sends counts as OTHER (labels must stay few).
+METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS", "WEBSOCKET"})
+OTHER = "other"
 
 
 def _request_id_header(scope: Scope) -> str | None:
@@ -60,7 +64,11 @@ class _Answer:
         except (orjson.JSONDecodeError, AttributeError):
             return ""
         code = error.get("code") if isinstance(error, dict) else None
-        return code if isinstance(code, str) else ""
+        if not isinstance(code, str):
+            return ""
+        # The API's codes are a few dozen snake_case words; anything else (a code passed on from elsewhere)
+        # must not make a series of its own.
+        return code if len(code) <= 64 and code.replace("_", "").isalnum() and code.isascii() else OTHER
 
 
 class Observe:
@@ -120,6 +128,8 @@ class Observe:
         route: Any = scope.get("route")
         endpoint = getattr(route, "path", None) or UNMATCHED
         method = "WEBSOCKET" if scope["type"] == "websocket" else scope.get("method", "")
+        if method not in METHODS:
+            method = OTHER  # a client's made-up method must not make a series of its own
         status = answer.status if answer.status is not None else 500
         HTTP_REQUESTS.labels(endpoint, method, str(status), answer.code()).inc()
         HTTP_REQUEST_DURATION.labels(endpoint, method).observe(time.monotonic() - arrived)
