@@ -45,12 +45,14 @@ __all__ = [
     "CACHED_TOKENS",
     "ENGINE_CALLS",
     "ENGINE_FAILURES",
+    "ENGINE_RETRIES",
     "HTTP_REQUESTS",
     "HTTP_REQUEST_DURATION",
     "INPUT_TOKENS",
     "OUTPUT_TOKENS",
     "QUEUE_DEPTH",
     "REASONING_TOKENS",
+    "REPLICA_OUTAGES",
     "RESPONSES",
     "STORE_WRITE_DURATION",
     "STREAMS_IN_FLIGHT",
@@ -161,6 +163,17 @@ ENGINE_FAILURES = Counter(
     "Engine calls that failed, by engine kind and reason (unavailable, timeout, refused, protocol, mismatch, "
     "error: before the first token; stream: reported mid-stream; contract: the engine broke its contract)",
     ["engine", "reason"],
+)
+REPLICA_OUTAGES = Counter(
+    PREFIX + "engine_replica_outages_total",
+    "Replicas of a model taken out of service (at start, or when a call or a probe failed), by engine kind and "
+    "reason (as engine_failures_total); the log names the replica",
+    ["engine", "reason"],
+)
+ENGINE_RETRIES = Counter(
+    PREFIX + "engine_retries_total",
+    "Engine calls retried on another replica after one could not take them, by engine kind",
+    ["engine"],
 )
 TOOL_CALLS = Counter(
     PREFIX + "tool_calls_total",

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -426,3 +427,20 @@ def test_json_log_lines_carry_the_exception_and_the_request_id(capsys: pytest.Ca
     assert "Traceback" in inside["exception"] and "ValueError: the engine said no" in inside["exception"]
     assert outside["request_id"] is None and "exception" not in outside
     assert inside["time"].endswith("+00:00")
+
+
+def test_a_replica_out_of_service_is_counted(tmp_path: Path, started: list[Serve]) -> None:
+    # One replica answers (replay), the other's port has nothing behind it: out of service from the start.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    live = write_script(tmp_path / "live.jsonl", [ANSWER])
+    replicas = ["--engine", f"{MODEL}={live}", "--engine", f"{MODEL}=vllm:http://127.0.0.1:{dead}"]
+    server = Serve(live, *replicas, log=tmp_path / "log")
+    started.append(server)
+    server.client.responses.create(model=MODEL, input="Hi")
+    seen = server.scrape()
+    p = "harmony_responses_"
+    assert value(seen, p + "engine_replica_outages_total", engine="vllm", reason="unavailable") == 1
+    assert value(seen, p + "engine_calls_total", engine="replay+vllm") == 1
+    assert total(seen, p + "engine_retries_total") == 0

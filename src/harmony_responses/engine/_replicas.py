@@ -46,6 +46,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from ..metrics import ENGINE_RETRIES, REPLICA_OUTAGES, engine_label, failure_reason
 from ..tokens import EngineEnd
 from ._base import (
     Engine,
@@ -148,6 +149,7 @@ class ReplicaSet(Engine):
                 continue
             if isinstance(result, EngineError) and is_outage(result):
                 replica.up, replica.error = False, str(result)
+                REPLICA_OUTAGES.labels(engine_label(replica.engine), failure_reason(result)).inc()
             elif fatal is None:
                 fatal = result
         if fatal is None and not any(r.up for r in self.replicas):
@@ -215,6 +217,7 @@ class ReplicaSet(Engine):
         replica.error = str(exc) or type(exc).__name__
         if replica.up:
             replica.up = False
+            REPLICA_OUTAGES.labels(engine_label(replica.engine), failure_reason(exc)).inc()
             logger.warning("%s: a replica is taken out of service: %s", self.label, replica.error)
         self._probe_later(replica)
 
@@ -326,6 +329,7 @@ class ReplicaSet(Engine):
                     self._take_out(replica, exc)
                     if len(tried) == len(self.replicas):
                         raise
+                    ENGINE_RETRIES.labels(engine_label(replica.engine)).inc()
                     logger.warning("%s: retrying the call on another replica", self.label)
                     continue
                 self._put_back(replica)  # it answered: in service (a call made while every replica was out)
