@@ -507,3 +507,31 @@ def test_a_replica_that_stops_answering_probes_is_out_but_the_model_stays_ready(
         for _ in range(2):
             c.responses.create(model=MODEL, input="hi", store=False)
         assert len(b.ids) == 1
+
+
+def test_a_replica_down_at_its_call_is_counted_out_and_the_call_retried() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape(root: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = httpx.get(f"{root}/metrics", timeout=10).text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    fine = Scenario(tokens=answer("fine"))
+    outage = ("harmony_responses_engine_replica_outages_total", (("engine", "vllm"), ("reason", "unavailable")))
+    retries = ("harmony_responses_engine_retries_total", (("engine", "vllm"),))
+    with (
+        replicas(VLLMFake(fine), VLLMFake(fine)) as (a, b),
+        our_server((MODEL, f"vllm:{a.url}"), (MODEL, f"vllm:{b.url}")) as root,
+    ):
+        before = scrape(root)
+        a.stop()  # gone before the first call, which goes to the first replica
+        with client(root) as c:
+            assert c.responses.create(model=MODEL, input="hi", store=False).output_text == "fine"
+        after = scrape(root)
+        assert len(b.ids) == 1
+        assert after.get(outage, 0) - before.get(outage, 0) == 1
+        assert after.get(retries, 0) - before.get(retries, 0) == 1
