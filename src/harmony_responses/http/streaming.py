@@ -43,8 +43,9 @@ logger = logging.getLogger("harmony_responses.http")
 
 # Bytes of events buffered between the run and the socket: enough to coalesce writes, few enough that a
 # client that stops reading holds back its engine soon. Counted in bytes, not batches: one engine read may
-# carry hundreds of tokens (engine/_http.py), one batch of a paced engine a single one.
-BUFFERED_BYTES = 64 * 1024
+# carry hundreds of tokens (engine/_http.py), one batch of a paced engine a single one (16 KiB: about a hundred
+# of those, as the 64 batches this used to be).
+BUFFERED_BYTES = 16 * 1024
 _SSE_STREAMS = STREAMS_IN_FLIGHT.labels("sse")
 
 SSE_HEADERS = [
