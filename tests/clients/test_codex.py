@@ -389,3 +389,32 @@ def test_codex_builtin_provider_auto_compacts_mid_turn(serve, run_codex, tmp_pat
     assert answering.endswith(f"<|start|>user<|message|>{SUMMARY_PREFIX}{COMPACT_SUMMARY}<|end|><|start|>assistant")
     assert "Run `echo hi-from-tool` and tell me what it printed." in answering
     assert "exited with code 0" not in answering and "exec_command" in first
+
+
+def test_codex_custom_provider_auto_compacts_mid_turn(serve, run_codex, tmp_path: Path) -> None:
+    # A custom provider gets no compaction_trigger: Codex compacts by itself, asking the model for a summary in
+    # an ordinary turn (its own prompt), then goes on from the summary it was given. The scripted model writes
+    # the tool call, then the summary, then the answer.
+    scenarios = [
+        Scenario(tokens=harmony(TOOL_CALL), chunk=3),
+        Scenario(tokens=harmony("<|channel|>final<|message|>" + COMPACT_SUMMARY + "<|return|>"), chunk=4),
+        Scenario(tokens=harmony(TOOL_ANSWER), chunk=2),
+    ]
+    config = "model_auto_compact_token_limit = 300\n" + CONFIG_TOML  # a top-level key: before the tables
+    with run_fake(VLLMFake(*scenarios)) as fake:
+        server = serve("vllm", "--engine-url", fake.url)
+
+        run = run_codex(server, "Run `echo hi-from-tool` and tell me what it printed.", config)
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == "The tool said hi-from-tool.", run
+    assert "context compacted" in run.stdout + run.stderr, run
+    encoding = load_encoding()
+    first, summarizing, answering = (encoding.decode(body["prompt"]) for body in fake.requests)
+    assert "exec_command" in first
+    # Codex asked for the summary itself, with the tool's output in the conversation; our own summary
+    # instruction is not used on this path (no compaction_trigger, no compaction item).
+    assert "hi-from-tool" in summarizing and "exited with code 0" in summarizing
+    assert SUMMARY_INSTRUCTION not in summarizing
+    # The answer was written from Codex's summary message, without the call and its output.
+    assert COMPACT_SUMMARY in answering and "exited with code 0" not in answering
