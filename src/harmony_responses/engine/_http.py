@@ -685,8 +685,6 @@ class HTTPEngine(Engine):
                             if data:
                                 lines = (tail + data if tail else data).split(b"\n")
                                 tail = lines.pop()
-                                if len(tail) > MAX_LINE:
-                                    raise EngineProtocolError(f"{label}: {TOO_LONG}")
                             elif tail:
                                 lines, tail = [tail], b""  # the body's last line, without its newline
                             else:
@@ -723,6 +721,8 @@ class HTTPEngine(Engine):
                                     chunk = reader.feed(obj)
                                     if chunk is not None:
                                         chunks.append(chunk)
+                                if len(tail) > MAX_LINE:  # a line without end in sight: memory is bounded
+                                    raise EngineProtocolError(f"{label}: {TOO_LONG}")
                             except Exception as exc:
                                 failure: Exception | None = exc  # what came before the bad line goes on first
                             else:

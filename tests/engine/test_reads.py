@@ -1,0 +1,83 @@
+"""What one read from the engine carries: several lines at once, tokens before a bad line, lines split mid-way.
+
+A tiny aiohttp server sends a vLLM completions stream as the test writes it (whole, or in pieces cut anywhere),
+so that what the adapter gets in one read is the test's choice, not the scheduler's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from aiohttp import web
+
+from harmony_responses.engine import EngineOptions, GenerateRequest
+from harmony_responses.engine._vllm import VLLMEngine
+from harmony_responses.tokens import EngineEnd, TokenChunk
+
+PROMPT = [200006, 1428, 200008, 12194, 200007, 200006, 173781]
+HELLO = [200005, 17196, 200008, 13225, 1303, 200002]  # <|channel|>final<|message|>Hello there<|return|>
+
+
+def line(ids: list[int], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": finish, "stop_reason": None}
+    return b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n"
+
+
+async def run(pieces: list[bytes]) -> list[TokenChunk | EngineEnd]:
+    async def completions(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0.01)  # each piece its own read
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    engine = VLLMEngine(EngineOptions(url=f"http://127.0.0.1:{port}", model="m"))
+    try:
+        stream: AsyncIterator[TokenChunk | EngineEnd] = engine.generate(
+            GenerateRequest(prompt_ids=PROMPT, max_tokens=50)
+        )
+        return [item async for item in stream]
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
+
+
+def test_lines_read_together_arrive_as_one_chunk_in_order() -> None:
+    body = b"".join(line([t]) for t in HELLO[:-1]) + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
+    items = asyncio.run(run([body]))
+    *chunks, end = items
+    assert [t for c in chunks for t in c.token_ids] == HELLO
+    assert len(chunks) == 1 and isinstance(end, EngineEnd) and end.reason == "stop"
+
+
+@pytest.mark.parametrize("cut", [1, 7, 30, 61])
+def test_a_line_cut_across_reads_is_read_whole(cut: int) -> None:
+    body = b"".join(line([t]) for t in HELLO[:-1]) + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
+    items = asyncio.run(run([body[:cut], body[cut:]]))
+    assert [t for c in items if isinstance(c, TokenChunk) for t in c.token_ids] == HELLO
+    assert isinstance(items[-1], EngineEnd) and items[-1].reason == "stop"
+
+
+def test_tokens_before_a_bad_line_in_the_same_read_are_kept() -> None:
+    body = line(HELLO[:3]) + line(HELLO[3:4]) + b"data: {not json\n\n"
+    *chunks, end = asyncio.run(run([body]))
+    assert [t for c in chunks for t in c.token_ids] == HELLO[:4]  # what the model wrote before is kept
+    assert isinstance(end, EngineEnd) and end.reason == "error" and "not JSON" in (end.message or "")
+
+
+def test_tokens_before_an_error_object_in_the_same_read_are_kept() -> None:
+    error = b'data: {"error": {"message": "CUDA error: out of memory", "code": 500}}\n\n'
+    *chunks, end = asyncio.run(run([line(HELLO[:2]) + line(HELLO[2:4]) + error]))
+    assert [t for c in chunks for t in c.token_ids] == HELLO[:4]
+    assert isinstance(end, EngineEnd) and end.reason == "error" and "CUDA error" in (end.message or "")
