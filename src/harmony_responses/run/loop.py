@@ -178,19 +178,7 @@ class ResponseRun:
         if self.translator.pending_tool_call is not None:
             self._began = True
             return  # a call set up before generation (an approved MCP call) runs first: batches() does it
-        self.metrics.engine_call()
-        _ENGINE_QUEUE.inc()
-        try:
-            self._stream = self._engine.generate(self._request)
-            self._stream_started = True
-            self._first = await anext(self._stream)
-        except StopAsyncIteration:
-            self._first = _Empty()
-        except Exception as exc:
-            self.metrics.engine_failed(failure_reason(exc))
-            raise
-        finally:
-            _ENGINE_QUEUE.dec()
+        self._first = await self._open_call()
         self._began = True
 
     def shutdown(self) -> None:
@@ -400,20 +388,11 @@ class ResponseRun:
             prelude(t)
         if t.pending_tool_call is not None:
             return  # an approved MCP call runs first (batches() does it)
-        self.metrics.engine_call()
-        _ENGINE_QUEUE.inc()
         refused = None
         try:
-            self._stream = self._engine.generate(self._request)
-            self._stream_started = True
-            self._first = await anext(self._stream)
-        except StopAsyncIteration:
-            self._first = _Empty()
+            self._first = await self._open_call()
         except Exception as exc:  # the response has started: an engine refusing the answer fails it in-band
-            self.metrics.engine_failed(failure_reason(exc))
             refused = exc
-        finally:
-            _ENGINE_QUEUE.dec()
         if refused is not None:
             logger.warning("%s: the engine refused the answer after compacting: %s", self.request_id, refused)
             t.receive_end("error", str(refused) or type(refused).__name__)
@@ -503,6 +482,19 @@ class ResponseRun:
         self._generated = []
         self._call_base = t.output_tokens
         self._usage_seen = False
+        try:
+            return await self._open_call()
+        except Exception as exc:  # EngineError and the like: the response has started, so it fails in-band
+            logger.warning("%s: the engine refused the call after a tool result: %s", self.request_id, exc)
+            t.receive_end("error", str(exc) or type(exc).__name__)
+            return None
+
+    async def _open_call(self) -> TokenChunk | EngineEnd | _Empty:
+        """Send ``self._request`` to the engine and wait for its first item, counted and shown as queued meanwhile.
+
+        Raises what the engine raises before its first item (counted as a failure); callers decide whether
+        that refuses the response or fails it in-band.
+        """
         self.metrics.engine_call()
         _ENGINE_QUEUE.inc()
         try:
@@ -511,11 +503,9 @@ class ResponseRun:
             return await anext(self._stream)
         except StopAsyncIteration:
             return _Empty()
-        except Exception as exc:  # EngineError and the like: the response has started, so it fails in-band
+        except Exception as exc:
             self.metrics.engine_failed(failure_reason(exc))
-            logger.warning("%s: the engine refused the call after a tool result: %s", self.request_id, exc)
-            t.receive_end("error", str(exc) or type(exc).__name__)
-            return None
+            raise
         finally:
             _ENGINE_QUEUE.dec()
 
