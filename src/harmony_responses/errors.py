@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["APIError", "not_found"]
+__all__ = ["APIError", "not_found", "shutting_down"]
 
 
 class APIError(Exception):
@@ -44,3 +44,8 @@ class APIError(Exception):
 def not_found(kind: str, id: str) -> APIError:
     # The API's wording ("Response with id 'resp_x' not found."), param and code null, status 404.
     return APIError(f"{kind} with id '{id}' not found.", status=404)
+
+
+def shutting_down() -> APIError:
+    # New work refused while the server stops (its running responses get their grace): 503, worth a retry.
+    return APIError("The server is shutting down; try again.", status=503, type="server_error", code="shutting_down")

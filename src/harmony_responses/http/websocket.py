@@ -42,7 +42,7 @@ import anyio.abc
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import APIError
+from ..errors import APIError, shutting_down
 from ..logs import current_request_id, request_scope
 from ..metrics import STREAMS_IN_FLIGHT
 from ..request import History, read_request
@@ -182,10 +182,7 @@ class _Connection:
             return
         lane = message.get("stream_id") if isinstance(message.get("stream_id"), str) else None
         if self._close is not None:
-            error = APIError(
-                "The server is shutting down; try again.", status=503, type="server_error", code="shutting_down"
-            )
-            group.start_soon(self._send_error, error, lane)
+            group.start_soon(self._send_error, shutting_down(), lane)
             return
         queue = self.lanes.get(lane)
         if queue is not None:

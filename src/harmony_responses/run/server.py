@@ -31,7 +31,7 @@ from typing import Any
 import anyio.to_thread
 
 from ..engine import Engine, EngineError, EngineHealth
-from ..errors import APIError
+from ..errors import APIError, shutting_down
 from ..ids import random_id
 from ..request import ReasoningSealer, ResponseRequest
 from ..request.sealed import COMPACTION
@@ -188,9 +188,7 @@ class Server:
         """
         assert self.vocab is not None, "Server.start() has not run"
         if self.closing:
-            raise APIError(
-                "The server is shutting down; try again.", status=503, type="server_error", code="shutting_down"
-            )
+            raise shutting_down()
         response_id = random_id("resp")
         created_at = int(time.time())
         engine, prompting = self.route(request.options.model)
@@ -218,9 +216,7 @@ class Server:
         """
         assert self.vocab is not None, "Server.start() has not run"
         if self.closing:
-            raise APIError(
-                "The server is shutting down; try again.", status=503, type="server_error", code="shutting_down"
-            )
+            raise shutting_down()
         response_id = random_id("resp")
         created_at = int(time.time())
         engine, prompting = self.route(request.options.model)
