@@ -60,6 +60,19 @@ def completion(n_text: int) -> list[int]:
     return enc.encode("<|channel|>final<|message|>", allowed_special="all") + body + [200002]
 
 
+def direct_body() -> dict[str, object]:
+    """The completions request our server sends the fake for ``INPUT``: what the direct reader sends it."""
+    prompt = render_request({"input": INPUT}, current_date="2025-06-01").token_ids
+    return {
+        "model": "openai/gpt-oss-20b",
+        "prompt": list(prompt),
+        "max_tokens": 4096,
+        "stream": True,
+        "return_token_ids": True,
+        "stop_token_ids": [200002, 200012],
+    }
+
+
 def wait_healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -138,18 +151,9 @@ def serve(argv: list[str], port: int) -> subprocess.Popen[bytes]:
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    prompt = render_request({"input": INPUT}, current_date="2025-06-01").token_ids
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        direct_body = {
-            "model": "openai/gpt-oss-20b",
-            "prompt": list(prompt),
-            "max_tokens": 4096,
-            "stream": True,
-            "return_token_ids": True,
-            "stop_token_ids": [200002, 200012],
-        }
-        (work / "direct.json").write_bytes(json.dumps(direct_body).encode())
+        (work / "direct.json").write_bytes(json.dumps(direct_body()).encode())
         ours_body = {"model": "gpt-oss-20b", "input": INPUT, "stream": True, "store": False}
         (work / "ours.json").write_bytes(json.dumps(ours_body).encode())
         for pace_ms, n_text in ((0, 400), (10, 100)):

@@ -28,8 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import BIN, HERE, INPUT, completion, free_port, pct, wait_healthy
-from harmony_responses.render import render_request
+from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, wait_healthy
 
 MODEL = "gpt-oss-20b"
 STREAMS = (64, 256)
@@ -71,18 +70,9 @@ def burst(mode: str, url: str, streams: int, body: Path) -> list[list[float]]:
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    prompt = render_request({"input": INPUT}, current_date="2025-06-01").token_ids
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        direct = {
-            "model": "openai/gpt-oss-20b",
-            "prompt": list(prompt),
-            "max_tokens": 4096,
-            "stream": True,
-            "return_token_ids": True,
-            "stop_token_ids": [200002, 200012],
-        }
-        (work / "direct.json").write_text(json.dumps(direct))
+        (work / "direct.json").write_text(json.dumps(direct_body()))
         (work / "ours.json").write_text(json.dumps({"model": MODEL, "input": INPUT, "stream": True, "store": False}))
         for pace_ms, n_text in ((0, 400), (10, 100)):
             (work / "tokens.json").write_text(json.dumps(completion(n_text)))
