@@ -41,10 +41,11 @@ __all__ = ["SSE_HEADERS", "FollowStream", "RunResponse"]
 
 logger = logging.getLogger("harmony_responses.http")
 
-# Bytes of events buffered between the run and the socket: enough to coalesce writes, few enough that a
-# client that stops reading holds back its engine soon. Counted in bytes, not batches: one engine read may
-# carry hundreds of tokens (engine/_http.py), one batch of a paced engine a single one (16 KiB: about a hundred
-# of those, as the 64 batches this used to be).
+# What is buffered between the run and the socket, whichever bound comes first: enough to coalesce writes,
+# little enough that a client that stops reading holds back its engine soon. Batches bound the one-token
+# batches of a paced engine (and keep a flowing stream's writes frequent); bytes bound the batches of one
+# engine read each, which may carry hundreds of tokens (engine/_http.py).
+BUFFERED_BATCHES = 64
 BUFFERED_BYTES = 16 * 1024
 _SSE_STREAMS = STREAMS_IN_FLIGHT.labels("sse")
 
@@ -57,24 +58,29 @@ SSE_HEADERS = [
 
 
 class _Handoff:
-    """The producer's bodies on their way to the writer: up to ``limit`` bytes waiting, taken all at once.
+    """The producer's bodies on their way to the writer: up to ``bodies`` of them or ``size`` bytes waiting,
+    taken all at once.
 
     Hand-written rather than anyio's memory object stream, which does the same job but whose ``receive``
     takes an extra event-loop turn (a checkpoint) before it waits: once per engine chunk per stream when
     tokens arrive one at a time, which is how a paced engine delivers them. One task puts, one takes.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, bodies: int, size: int) -> None:
         self._bodies: deque[bytes] = deque()
         self._size = 0  # bytes in _bodies
-        self._limit = limit
+        self._max_bodies = bodies
+        self._max_size = size
         self._closed = False
         self._readable: asyncio.Future[None] | None = None  # the taker, waiting for a body
         self._writable: asyncio.Future[None] | None = None  # the putter, waiting for room
 
+    def _full(self) -> bool:
+        return len(self._bodies) >= self._max_bodies or self._size >= self._max_size
+
     def put_nowait(self, body: bytes) -> bool:
-        """Queue ``body`` if there is room; False if the taker is ``limit`` bytes behind."""
-        if self._size >= self._limit:
+        """Queue ``body`` if there is room; False if the taker is a bound behind."""
+        if self._full():
             return False
         self._bodies.append(body)
         self._size += len(body)
@@ -82,7 +88,7 @@ class _Handoff:
         return True
 
     async def put(self, body: bytes) -> None:
-        while self._size >= self._limit:
+        while self._full():
             self._writable = asyncio.get_running_loop().create_future()
             await self._writable
         self._bodies.append(body)
@@ -168,7 +174,7 @@ class RunResponse:
         # path (a fast engine, or many streams sharing the CPU), they share writes instead of paying uvicorn's
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine.
-        handoff = _Handoff(BUFFERED_BYTES)
+        handoff = _Handoff(BUFFERED_BATCHES, BUFFERED_BYTES)
         async with anyio.create_task_group() as group:
             group.start_soon(self._produce, handoff)
             try:
