@@ -781,9 +781,9 @@ class HTTPEngine(Engine):
             # end has already gone back to the pool: closing it then does nothing).
             if response is not None:
                 response.close()
-            # Shielded and bounded: this runs when the client went away (a cancelled scope).
-            with anyio.move_on_after(ABORT_TIMEOUT, shield=True):
-                if may_run and not finished:
+            if may_run and not finished:
+                # Shielded and bounded: this runs when the client went away (a cancelled scope).
+                with anyio.move_on_after(ABORT_TIMEOUT, shield=True):
                     try:
                         await self.abort(reader)
                     except Exception as exc:  # the abort is a courtesy: the connection is closed anyway

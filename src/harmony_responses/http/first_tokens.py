@@ -1,7 +1,8 @@
 """``FirstTokensFirst``: the endpoint's requests count as starting until their first delta is written.
 
 The bookkeeping of who is starting and who is held is the run layer's (run/turns.py); this ASGI wrapper
-only tells it when a request arrives and when the first delta event went out on the socket.
+only tells it when a request arrives (it then waits for its place in the start lane) and when the first
+delta event went out on the socket.
 """
 
 from __future__ import annotations
@@ -35,4 +36,5 @@ class FirstTokensFirst:
                 ):
                     start.finish()
 
+            await start.enter_lane()  # one start at a time, in arrival order (run/turns.py)
             await self.app(scope, receive, send_watching)

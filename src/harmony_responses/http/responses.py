@@ -11,9 +11,9 @@ SDK send ``Accept: application/json`` when streaming; Codex sends ``text/event-s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-import anyio
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp
@@ -70,7 +70,7 @@ async def read_json_body(request: Request, limit: int) -> Any:
     size = 0
     try:
         # A trickled body would otherwise hold its connection and its task for good.
-        with anyio.fail_after(request.app.state.body_timeout):
+        async with asyncio.timeout(request.app.state.body_timeout):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:

@@ -25,7 +25,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import anyio
 from starlette.types import Receive, Scope, Send
@@ -114,6 +115,24 @@ class _Handoff:
         return bodies
 
 
+async def _shielded(close: Coroutine[Any, Any, None]) -> None:
+    """Run ``close`` to its end even if this task is cancelled meanwhile (then still cancelled after)."""
+    closing = asyncio.ensure_future(close)
+    try:
+        await asyncio.shield(closing)
+    except asyncio.CancelledError:
+        while not closing.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(closing)
+        raise
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait until it has ended (its cleanup run)."""
+    task.cancel()
+    await asyncio.wait((task,))
+
+
 def _wake(waiter: asyncio.Future[None] | None) -> None:
     if waiter is not None and not waiter.done():  # done: already woken, or its task was cancelled
         waiter.set_result(None)
@@ -126,20 +145,30 @@ class RunResponse:
         self.run = run
         self.stream = stream
         self.disconnected = False
+        self._watcher_cancelled = False
 
+    # asyncio's own tasks and cancellation here rather than anyio's task group and cancel scopes: this
+    # runs once per request, and anyio's bookkeeping (a backend lookup per scope, scope and task handle
+    # objects, a cancel message built with repr) was a tenth of what starting a request cost.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.create_task(self._watch_disconnect(receive, task))
+        try:
             try:
                 await self._respond(scope, receive, send)
             finally:
-                # Shielded: on disconnect this runs inside a cancelled scope, and closing the engine
-                # stream is exactly what must still happen then.
-                with anyio.CancelScope(shield=True):
-                    await self.run.aclose()
-                group.cancel_scope.cancel()
+                # From here on the watcher cannot cancel this task: it is cancelled at its own await first.
+                watcher.cancel()
+        except asyncio.CancelledError:
+            if not self._watcher_cancelled or task.uncancel() > 0:
+                raise  # cancelled from outside (a server shutting down), not (only) by the watcher
+        finally:
+            # The engine stream is closed whatever happened, in a task of its own so that a cancellation
+            # arriving meanwhile cannot cut it short.
+            await _shielded(self.run.aclose())
 
-    async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
+    async def _watch_disconnect(self, receive: Receive, task: asyncio.Task[None]) -> None:
         # The endpoint has read the whole body, so the next message can only be http.disconnect.
         while True:
             message = await receive()
@@ -147,7 +176,8 @@ class RunResponse:
                 self.disconnected = True
                 if self.run.final is None:
                     logger.info("client disconnected: generation of %s cancelled", self.run.request_id)
-                scope.cancel()
+                self._watcher_cancelled = True
+                task.cancel()
                 return
 
     async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -175,15 +205,17 @@ class RunResponse:
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine.
         handoff = _Handoff(BUFFERED_BATCHES, BUFFERED_BYTES)
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._produce, handoff)
-            try:
-                await self._write_batches(handoff, send)
-            except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
-                # Caught here, not around the task group, which would wrap it in an ExceptionGroup.
-                self.disconnected = True
-                group.cancel_scope.cancel()
-                return
+        producer = asyncio.create_task(self._produce(handoff))
+        try:
+            await self._write_batches(handoff, send)
+        except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
+            self.disconnected = True
+            await _cancelled(producer)
+            return
+        except BaseException:  # cancelled (the client went away), or a bug: the producer stops too
+            await _cancelled(producer)
+            raise
+        await producer  # the handoff is closed and drained: the producer has ended or is about to
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _write_batches(self, handoff: _Handoff, send: Send) -> None:

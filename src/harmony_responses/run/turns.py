@@ -26,6 +26,16 @@ get a fifth of the loop (``Traffic.hold``). A starting request's own producer yi
 came right behind another, so that its writer sends the first delta as soon as it exists rather than after
 up to ``YIELD_INTERVAL`` of the tokens behind it.
 
+One start at a time. A request's start (validation, history, rendering, the engine request) is CPU
+work with a few awaits in it. Interleaved, 64 requests arriving at once all finish starting together, after
+the whole burst's start work, and only then does any first token go out: the median request waits for all
+of them. So after arrival a request waits in the *start lane* (``Start.enter_lane``), which admits
+``LANE_WIDTH`` at a time in arrival order, and leaves it as soon as its engine call is sent
+(``engine_called``), its first delta is out, it ends, or ``LANE_LIMIT`` has passed (a start that waits for
+something slow, an MCP server or a container, holds the next one up that long at most). The starts run one
+after another while the first tokens of those already sent go out in between: the first-token median of a
+burst halves for the same work, and the last one comes no later.
+
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
 
@@ -36,11 +46,22 @@ import contextlib
 import contextvars
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator
 
 from ..metrics import QUEUE_DEPTH
 
-__all__ = ["START_LIMIT", "YIELD_INTERVAL", "Start", "Turns", "end_start", "starting"]
+__all__ = [
+    "LANE_LIMIT",
+    "LANE_WIDTH",
+    "START_LIMIT",
+    "YIELD_INTERVAL",
+    "Start",
+    "Turns",
+    "end_start",
+    "engine_called",
+    "starting",
+]
 
 # The longest a producer keeps the event loop to itself.
 YIELD_INTERVAL = 0.002
@@ -48,6 +69,9 @@ YIELD_INTERVAL = 0.002
 WAITED = 0.0005
 # The longest a request counts as starting, so the longest it holds the other streams' producers.
 START_LIMIT = 0.05
+# How many requests do their start work at once (the start lane), and the longest one keeps its place.
+LANE_WIDTH = 1
+LANE_LIMIT = 0.005
 # The queue_depth gauges this module keeps (metrics.QUEUE_DEPTH): one update per request, and per hold.
 _STARTING = QUEUE_DEPTH.labels("starting")
 _HELD = QUEUE_DEPTH.labels("held")
@@ -59,7 +83,7 @@ OVERLOAD_SPAN = 4 * START_LIMIT
 class Traffic:
     """One event loop's starting requests."""
 
-    __slots__ = ("__weakref__", "_clear", "_free_until", "_overloaded_since", "starting")
+    __slots__ = ("__weakref__", "_clear", "_free_until", "_lane", "_lane_queue", "_overloaded_since", "starting")
 
     _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Traffic] = weakref.WeakKeyDictionary()
 
@@ -68,6 +92,8 @@ class Traffic:
         self._clear: asyncio.Future[None] | None = None  # done when no request is starting
         self._free_until = 0.0  # (monotonic) no one is held before this
         self._overloaded_since: float | None = None  # since when holds have been running out
+        self._lane = 0  # places taken in the start lane
+        self._lane_queue: deque[asyncio.Future[None]] = deque()  # requests waiting for one, in arrival order
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> Traffic:
@@ -100,6 +126,16 @@ class Traffic:
                 self._free_until = now + START_LIMIT
                 self._overloaded_since = None
 
+    def _lane_left(self) -> None:
+        """A place in the start lane is free: the next request waiting (not cancelled) takes it."""
+        queue = self._lane_queue
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._lane -= 1
+
     def _started(self) -> None:
         self.starting -= 1
         if not self.starting:
@@ -113,7 +149,7 @@ class Start:
     ``delivered`` its first delta (a start that ran out of ``START_LIMIT`` before it, behind a queue of
     requests or a slow engine, must not then wait behind the others' starts)."""
 
-    __slots__ = ("active", "delivered", "traffic", "_timer")
+    __slots__ = ("active", "delivered", "traffic", "_in_lane", "_lane_timer", "_loop", "_timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
@@ -121,9 +157,41 @@ class Start:
         _STARTING.inc()
         self.active = True
         self.delivered = False
+        self._loop = loop
+        self._in_lane = False
+        self._lane_timer: asyncio.TimerHandle | None = None
         self._timer = loop.call_later(START_LIMIT, self.end)
 
+    async def enter_lane(self) -> None:
+        """Wait for a place in the start lane (the module docstring), in arrival order."""
+        traffic = self.traffic
+        if traffic._lane < LANE_WIDTH and not traffic._lane_queue:
+            traffic._lane += 1
+        else:
+            waiter = self._loop.create_future()
+            traffic._lane_queue.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    traffic._lane_left()  # given the place, then cancelled: the next one has it
+                raise
+        self._in_lane = True
+        self._lane_timer = self._loop.call_later(LANE_LIMIT, self.leave_lane)
+
+    def leave_lane(self) -> None:
+        """The start work is done (or took too long): the next request may start (idempotent)."""
+        if self._in_lane:
+            self._in_lane = False
+            if self._lane_timer is not None:
+                self._lane_timer.cancel()
+            # Handed on at the next loop turn, not now: the requests behind may have arrived in this turn
+            # (all of a burst's do), and admitted now each would start in it too, before the loop polls for
+            # the engines' answers to those already sent.
+            self._loop.call_soon(self.traffic._lane_left)
+
     def end(self) -> None:
+        self.leave_lane()
         if self.active:
             self.active = False
             self._timer.cancel()
@@ -140,6 +208,13 @@ class Start:
 _current: contextvars.ContextVar[Start | None] = contextvars.ContextVar("harmony_responses_start", default=None)
 
 
+def engine_called() -> None:
+    """The current request's engine call is being sent: its start work is done, the next one's may begin."""
+    start = _current.get()
+    if start is not None:
+        start.leave_lane()
+
+
 def end_start() -> None:
     """The current request does not stream (a JSON answer): it stops counting as starting."""
     start = _current.get()
@@ -149,7 +224,9 @@ def end_start() -> None:
 
 @contextlib.contextmanager
 def starting() -> Iterator[Start]:
-    """Count the request running in this context as starting, until its ``Start.finish()`` or the end."""
+    """Count the request running in this context as starting, until its ``Start.finish()`` or the end.
+
+    The caller awaits ``Start.enter_lane()`` before its start work."""
     start = Start(asyncio.get_running_loop())
     token = _current.set(start)
     try:
