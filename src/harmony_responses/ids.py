@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
+import threading
 from collections.abc import Callable
 
 __all__ = ["MAX_ID_LENGTH", "counting_ids", "id_problem", "random_id"]
@@ -14,9 +16,31 @@ __all__ = ["MAX_ID_LENGTH", "counting_ids", "id_problem", "random_id"]
 MAX_ID_LENGTH = 512
 
 
+# Random bytes for ids, drawn from the OS a few KiB at a time: a request makes several ids, and one
+# getrandom call (through secrets) per id cost more than the rest of making it. Refilled after a fork so
+# that no two processes hand out the same ids.
+_ID_BYTES = 24
+_pool = bytearray()
+_pool_lock = threading.Lock()
+
+
+def _reset_pool() -> None:
+    global _pool
+    _pool = bytearray()
+
+
+os.register_at_fork(after_in_child=_reset_pool)
+
+
 def random_id(prefix: str) -> str:
     """``prefix_`` + 48 hex digits, the shape of OpenAI's ids (``resp_68af…``)."""
-    return f"{prefix}_{secrets.token_hex(24)}"
+    global _pool
+    with _pool_lock:
+        if len(_pool) < _ID_BYTES:
+            _pool = bytearray(secrets.token_bytes(_ID_BYTES * 256))
+        raw = _pool[-_ID_BYTES:]
+        del _pool[-_ID_BYTES:]
+    return f"{prefix}_{raw.hex()}"
 
 
 def counting_ids() -> Callable[[str], str]:

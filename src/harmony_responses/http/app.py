@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute, request_response
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 
 from ..metrics import exposition
@@ -75,10 +75,13 @@ async def metrics(request: Request) -> Response:
 
 
 class ObservedStarlette(Starlette):
-    """Starlette with ``Observe`` outside its error middleware: a bug's 500 gets a request id too."""
+    """Starlette with ``Observe`` outside its error middleware (a bug's 500 gets a request id too), and
+    ``POST /v1/responses`` counted as starting until its first delta is out, waiting for its place in the
+    start lane before anything else is done for it (run/turns.py): before the middleware and routing too,
+    so that a burst's first request is not behind the others' routing."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Observe(super().build_middleware_stack())
+        return Observe(FirstTokensFirst(super().build_middleware_stack(), path="/v1/responses"))
 
 
 def build_app(
@@ -112,8 +115,8 @@ def build_app(
     if api_keys:
         middleware.append(Middleware(BearerAuth, keys=api_keys))
     routes = [
-        # Requests count as starting until their first delta is out: the loop serves them first (run/turns.py).
-        Route("/v1/responses", FirstTokensFirst(request_response(create_response)), methods=["POST"]),
+        # Counted as starting until their first delta is out (ObservedStarlette): the loop serves them first.
+        Route("/v1/responses", create_response, methods=["POST"]),
         # WebSocket mode on the same path (openai's responses.connect(), Codex): websocket.py.
         WebSocketRoute("/v1/responses", responses_socket),
         Route("/v1/models", list_models, methods=["GET"]),

@@ -19,12 +19,19 @@ _DELTA = b".delta\n"
 
 
 class FirstTokensFirst:
-    """ASGI wrapper: the wrapped endpoint's requests count as starting until their first delta is written."""
+    """ASGI wrapper: the wrapped app's requests (``POST path`` only, given a ``path``) count as starting until
+    their first delta is written."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, path: str | None = None) -> None:
         self.app = app
+        self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.path is not None and (
+            scope["type"] != "http" or scope["path"] != self.path or scope.get("method") != "POST"
+        ):
+            await self.app(scope, receive, send)
+            return
         with starting() as start:
 
             async def send_watching(message: Message) -> None:

@@ -27,7 +27,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..logs import accepted_request_id, request_scope
-from ..metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS
+from ..metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS, labelled
 
 __all__ = ["REQUEST_ID_HEADER", "Observe"]
 
@@ -131,5 +131,5 @@ class Observe:
         if method not in METHODS:
             method = OTHER  # a client's made-up method must not make a series of its own
         status = answer.status if answer.status is not None else 500
-        HTTP_REQUESTS.labels(endpoint, method, str(status), answer.code()).inc()
-        HTTP_REQUEST_DURATION.labels(endpoint, method).observe(time.monotonic() - arrived)
+        labelled(HTTP_REQUESTS, endpoint, method, str(status), answer.code()).inc()
+        labelled(HTTP_REQUEST_DURATION, endpoint, method).observe(time.monotonic() - arrived)

@@ -10,10 +10,11 @@ chain of thought of completed turns, correctly (harmony's rule drops only before
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from openai_harmony import Conversation, Message, Role
+from openai_harmony import Conversation, Message, ReasoningEffort, Role
 
 from harmony_responses.vocab import load_encoding
 
@@ -25,7 +26,7 @@ from ._history import Location, PendingMcpCall, build_history
 from ._system import build_system_message, reasoning_effort
 from ._text import without_surrogates
 from ._tool_search import loaded_namespaces, loaded_tools_text, search_arguments, search_deferred
-from ._tools import apply_tool_choice, parse_tools, tool_spec
+from ._tools import ToolSet, apply_tool_choice, parse_tools, tool_spec
 
 __all__ = ["RenderedPrompt", "answer_tool_search", "render_request"]
 
@@ -40,7 +41,8 @@ class RenderedPrompt:
     ``token_ids``: the whole prompt, ending with ``<|start|>assistant`` plus the prefill, if any.
     ``prefill_ids``: the forced-tool-choice prefill at the end of ``token_ids`` (``[]`` if none); feed them
     to the translator before the engine's output, since the model continues from them.
-    ``conversation``: the messages rendered, for debugging and tests. Rendering it again with harmony's
+    ``messages`` (and ``conversation``, the same as a harmony Conversation): the messages rendered, for
+    debugging and tests. Rendering the conversation again with harmony's
     ``render_conversation_for_completion`` omits the system line "Calls to these tools must go to the
     commentary channel: 'functions'." (see the module docstring) and the prefill.
     ``pending_mcp_call``: an approved MCP call that has not run; then ``token_ids`` end with that call's
@@ -50,8 +52,36 @@ class RenderedPrompt:
 
     token_ids: list[int]
     prefill_ids: list[int]
-    conversation: Conversation
+    messages: tuple[Message, ...]
     pending_mcp_call: PendingMcpCall | None = None
+
+    @property
+    def conversation(self) -> Conversation:
+        # Built when asked for (tests, debugging): a Conversation's pydantic validation is not free.
+        return Conversation.from_messages(list(self.messages))
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_system(
+    effort: ReasoningEffort,
+    browser: bool,
+    python: bool,
+    current_date: str,
+    knowledge_cutoff: str,
+    python_description: str | None,
+    function_tools: bool,
+) -> tuple[Message, tuple[int, ...]]:
+    """The system message without MCP namespaces and its tokens, built once per set of inputs: it is the
+    same for every such request of a day (building the harmony message and its cache key cost more than
+    the rest of a short request's rendering)."""
+    system = build_system_message(
+        effort=effort,
+        tools=ToolSet(browser=browser, python=python),
+        current_date=current_date,
+        knowledge_cutoff=knowledge_cutoff,
+        python_description=python_description,
+    )
+    return system, tuple(MESSAGES.render(load_encoding(), system, function_tools=function_tools))
 
 
 def _entries(request: dict[str, Any], prior_items: list[dict[str, Any]] | None) -> list[tuple[Any, Location]]:
@@ -103,23 +133,30 @@ def render_request(
     instructions = "\n\n".join(
         text for text in [instructions_text(request.get("instructions")), *history.instructions] if text.strip()
     )
-    system = build_system_message(
-        effort=effort,
-        tools=tools,
-        current_date=current_date,
-        knowledge_cutoff=knowledge_cutoff,
-        python_description=python_description,
-    )
+    encoding = load_encoding()
+    function_tools = bool(tools.functions)
+    if tools.mcp:
+        system = build_system_message(
+            effort=effort,
+            tools=tools,
+            current_date=current_date,
+            knowledge_cutoff=knowledge_cutoff,
+            python_description=python_description,
+        )
+        system_ids = MESSAGES.render(encoding, system, function_tools=function_tools)
+    else:
+        system, system_ids = _plain_system(
+            effort, tools.browser, tools.python, current_date, knowledge_cutoff, python_description, function_tools
+        )
     developer = build_developer_message(instructions=instructions, tools=tools, text=request.get("text"))
     rest = ([developer] if developer is not None else []) + history.messages
     if summarize:
         rest.append(Message.from_role_and_content(Role.USER, SUMMARY_INSTRUCTION))
         history.pending_mcp_call, prefill = None, SUMMARY_PREFILL
 
-    encoding = load_encoding()
     # Message by message, through the cache: the conversation's rendering is their concatenation (with
     # auto_drop_analysis off), and most of a request's messages were rendered for an earlier request.
-    token_ids = MESSAGES.render(encoding, system, function_tools=bool(tools.functions))
+    token_ids = list(system_ids)
     for message in rest:
         token_ids += MESSAGES.render(encoding, message)
     if history.pending_mcp_call is not None:
@@ -131,7 +168,7 @@ def render_request(
     return RenderedPrompt(
         token_ids=token_ids + prefill_ids,
         prefill_ids=prefill_ids,
-        conversation=Conversation.from_messages([system, *rest]),
+        messages=(system, *rest),
         pending_mcp_call=history.pending_mcp_call,
     )
 

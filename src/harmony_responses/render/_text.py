@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -40,6 +42,17 @@ def without_surrogates(value: Any) -> Any:
     A JSON body may carry ``"\\ud800"``; openai_harmony's JSON bridge rejects it with a ValueError, which
     would turn a client's odd text into a server error. Values without surrogates are returned as is.
     """
+    if isinstance(value, dict | list):
+        try:
+            orjson.dumps(value)  # refuses any surrogate, in C: far cheaper than the walk below
+        except TypeError:
+            pass  # a surrogate somewhere (or a value JSON cannot hold): walk it
+        else:
+            return value
+    return _scrubbed(value)
+
+
+def _scrubbed(value: Any) -> Any:
     if isinstance(value, str):
         if _SURROGATE.search(value) is None:
             return value
@@ -48,12 +61,12 @@ def without_surrogates(value: Any) -> Any:
         changed = False
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            new = without_surrogates(item)
+            new = _scrubbed(item)
             changed = changed or new is not item
             out[key] = new
         return out if changed else value
     if isinstance(value, list):
-        new_items = [without_surrogates(item) for item in value]
+        new_items = [_scrubbed(item) for item in value]
         if any(new is not old for new, old in zip(new_items, value, strict=True)):
             return new_items
         return value

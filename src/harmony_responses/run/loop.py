@@ -219,7 +219,7 @@ class ResponseRun:
         """The response's counts, once, however it ended (a client gone: its tokens were spent all the same)."""
         t = self.translator
         self.count_unreported_prompt()
-        status = t.response["status"] if t.closed else "cancelled"
+        status = t.status if t.closed else "cancelled"
         usage = {
             "input": t.input_tokens,
             "cached": t.cached_tokens,

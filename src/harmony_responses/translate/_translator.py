@@ -424,6 +424,11 @@ class Translator:
         return self._snapshot()
 
     @property
+    def status(self) -> str:
+        """The Response's ``status`` as it stands (``response["status"]`` without copying the response)."""
+        return str(self._response["status"])
+
+    @property
     def output_items(self) -> list[dict[str, Any]]:
         return list(self._output)
 
