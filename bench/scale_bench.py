@@ -31,7 +31,7 @@ from pathlib import Path
 from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, wait_healthy
 
 MODEL = "gpt-oss-20b"
-STREAMS = (64, 256)
+STREAMS = tuple(int(s) for s in os.environ.get("SCALE_STREAMS", "64,256").split(","))
 REPEATS = 2
 # Our readers: their engine arguments, given the two fakes' specs.
 OURS = {
@@ -85,6 +85,7 @@ def main() -> None:
                 )
             engine_a, engine_b = f"vllm:http://127.0.0.1:{fake_a}", f"vllm:http://127.0.0.1:{fake_b}"
             ports = {name: free_port() for name in ("bare proxy", *OURS)}
+            only = os.environ.get("SCALE_ONLY")
             readers = {
                 "bare proxy": (
                     "direct",
@@ -94,6 +95,7 @@ def main() -> None:
                 **{
                     name: ("ours", "/v1/responses", ours(ports[name], args(engine_a, engine_b)))
                     for name, args in OURS.items()
+                    if not only or name == only
                 },
             }
             for name, (_, _, cmd) in readers.items():

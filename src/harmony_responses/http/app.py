@@ -76,9 +76,8 @@ async def metrics(request: Request) -> Response:
 
 class ObservedStarlette(Starlette):
     """Starlette with ``Observe`` outside its error middleware (a bug's 500 gets a request id too), and
-    ``POST /v1/responses`` counted as starting until its first delta is out, waiting for its place in the
-    start lane before anything else is done for it (run/turns.py): before the middleware and routing too,
-    so that a burst's first request is not behind the others' routing."""
+    ``POST /v1/responses`` counted as starting from its arrival, before the middleware and routing, until its
+    first delta is out (run/turns.py)."""
 
     def build_middleware_stack(self) -> ASGIApp:
         return Observe(FirstTokensFirst(super().build_middleware_stack(), path="/v1/responses"))

@@ -1,8 +1,8 @@
 """``FirstTokensFirst``: the endpoint's requests count as starting until their first delta is written.
 
 The bookkeeping of who is starting and who is held is the run layer's (run/turns.py); this ASGI wrapper
-only tells it when a request arrives (it then waits for its place in the start lane) and when the first
-delta event went out on the socket.
+only tells it when a request arrives and when the first delta event went out on the socket (the endpoint
+asks for its place in the start lane once it has read the body: ``turns.enter_lane``).
 """
 
 from __future__ import annotations
@@ -43,5 +43,4 @@ class FirstTokensFirst:
                 ):
                     start.finish()
 
-            await start.enter_lane()  # one start at a time, in arrival order (run/turns.py)
             await self.app(scope, receive, send_watching)

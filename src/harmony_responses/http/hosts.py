@@ -10,6 +10,7 @@ anything runs. (Cross-origin form posts, which carry a loopback ``Host``, are re
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 
@@ -22,6 +23,7 @@ from .errors import error_response
 __all__ = ["LoopbackHosts", "is_loopback"]
 
 
+@functools.lru_cache(maxsize=256)  # once per name: every request asks, and ipaddress is slow to parse
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (a name or address, without port) names this machine's loopback interface."""
     host = host.strip("[]").lower().rstrip(".")

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 from ..errors import APIError
 from ..request import ResponseRequest, read_request
 from ..run import Background, Server
+from ..run.turns import enter_lane
 from .auth import owner_of
 from .errors import json_response
 from .streaming import FollowStream, RunResponse
@@ -139,6 +140,7 @@ async def compact_response(request: Request) -> ASGIApp:
 async def create_response(request: Request) -> ASGIApp:
     server: Server = request.app.state.server
     body = await read_json_body(request, request.app.state.max_body_bytes)
+    await enter_lane()  # the start work, in arrival order, one lot at a time (run/turns.py)
     prepared = await _read(request, body)
     outcome = await server.create_response(prepared)
     stream = prepared.options.stream

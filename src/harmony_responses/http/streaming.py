@@ -50,6 +50,9 @@ BUFFERED_BATCHES = 64
 BUFFERED_BYTES = 16 * 1024
 _SSE_STREAMS = STREAMS_IN_FLIGHT.labels("sse")
 
+# How a delta event's SSE frame begins (first_tokens.py): the first one handed on makes a producer holdable.
+_DELTA = b".delta\n"
+
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -227,6 +230,7 @@ class RunResponse:
         turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
+                handed = False
                 async for batch in batches:
                     turns.arrived()
                     # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
@@ -234,6 +238,9 @@ class RunResponse:
                     if not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
                         turns.waited()
+                    if not handed and _DELTA in body:
+                        handed = True
+                        turns.handed_first_delta()
                     await turns.done()
         except Exception:
             # A bug after the stream started: the status is sent, so all we can do is end the body.

@@ -229,7 +229,7 @@ class _Connection:
         body = {k: v for k, v in message.items() if k not in ("type", "stream_id", "generate")}
         # Each response.create arrives now (its time to first token counts from here), under the handshake's id.
         with request_scope(current_request_id() or "-"), starting() as start:
-            await start.enter_lane()  # one start at a time, in arrival order (run/turns.py)
+            await start.enter_lane()  # the start work in arrival order, one lot at a time (run/turns.py)
             try:
                 if body.get("background"):
                     raise APIError(

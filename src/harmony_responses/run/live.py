@@ -288,10 +288,14 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                 waiting = False
                 _BACKGROUND_QUEUE.dec()
         turns = Turns()  # an engine that never waits must not keep the loop to itself (run/turns.py)
+        handed = False
         async with contextlib.aclosing(run.batches()) as batches:
             async for batch in batches:
                 turns.arrived()
                 live.publish(batch)
+                if not handed and any(event["type"].endswith(".delta") for event in batch):
+                    handed = True
+                    turns.handed_first_delta()
                 if len(live.types) - live.durable > MAX_LEAD:
                     # Too far ahead of the log: let the writer catch up (see MAX_LEAD).
                     await live.wait_beyond(len(live.types) - MAX_LEAD // 2)

@@ -69,7 +69,7 @@ from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
 from .compact import Compaction, record_summary, write_summary
-from .turns import engine_called
+from .turns import leave_lane
 
 __all__ = ["ResponseRun"]
 
@@ -496,7 +496,7 @@ class ResponseRun:
         Raises what the engine raises before its first item (counted as a failure); callers decide whether
         that refuses the response or fails it in-band.
         """
-        engine_called()  # the next request's start work may begin (run/turns.py)
+        leave_lane()  # the next request's start work may begin (run/turns.py)
         self.metrics.engine_call()
         _ENGINE_QUEUE.inc()
         try:

@@ -36,6 +36,7 @@ from .compact import Compaction
 from .fit import render_to_fit
 from .loop import ResponseRun
 from .tool_search import ToolSearchSession
+from .turns import leave_lane
 
 __all__ = ["Prompting", "build_compact", "build_run", "count_input_tokens", "render_prompt", "summary_run"]
 
@@ -99,6 +100,9 @@ async def _prepare_mcp(model_request: dict[str, Any], options: McpOptions) -> Mc
     may not reach (``--mcp-allowed-hosts``, an unknown ``stdio:NAME``) is a 400; one that is down is not.
     """
     items = model_request.get("input")
+    tools = model_request.get("tools")
+    if isinstance(tools, list) and any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools):
+        leave_lane()  # listing may wait for the servers: the next requests start meanwhile (run/turns.py)
     try:
         plan = await prepare_mcp(model_request.get("tools"), items if isinstance(items, list) else (), options)
     except McpRequestError as exc:
@@ -199,6 +203,7 @@ async def _render_prepared(
     # Rendering new text takes about a millisecond per thousand tokens: keep long requests off the event
     # loop. (A worker thread does not render in parallel, harmony holds the GIL, but the loop gets it
     # back every switch interval instead of waiting for the whole render.)
+    leave_lane()  # the next requests start meanwhile (run/turns.py)
     return await offload(render)
 
 

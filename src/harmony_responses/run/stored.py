@@ -57,6 +57,7 @@ from ..store import (
 from .live import TERMINAL_EVENTS, LiveResponse, StoredRun, produce, sse_frames
 from .loop import ResponseRun
 from .recovery import CRASH_MESSAGE, closing_events
+from .turns import leave_lane
 
 __all__ = ["Background", "StoredResponses", "known_id", "page"]
 
@@ -175,10 +176,15 @@ class StoredResponses:
 
     # ------------------------------------------------------------------ requests
 
+    # Each read below waits for the store: the request leaves the start lane first (run/turns.py), so that
+    # the next requests start meanwhile.
+
     async def find_item(self, item_id: str, owner: str) -> dict[str, Any] | None:
+        leave_lane()
         return await self.store.find_item(item_id, owner)
 
     async def conversation_items(self, conversation_id: str, owner: str) -> list[dict[str, Any]] | None:
+        leave_lane()
         if await self.store.get_conversation(conversation_id, owner) is None:
             return None
         return await self.store.all_items(conversation_id, "conversation")
@@ -190,6 +196,7 @@ class StoredResponses:
             code="previous_response_not_found",
         )
         live = self.live.get(previous)
+        leave_lane()
         row = await self.store.get_response(previous, owner)
         if row is None:
             raise not_found_error

@@ -26,15 +26,20 @@ get a fifth of the loop (``Traffic.hold``). A starting request's own producer yi
 came right behind another, so that its writer sends the first delta as soon as it exists rather than after
 up to ``YIELD_INTERVAL`` of the tokens behind it.
 
-One start at a time. A request's start (validation, history, rendering, the engine request) is CPU
-work with a few awaits in it. Interleaved, 64 requests arriving at once all finish starting together, after
-the whole burst's start work, and only then does any first token go out: the median request waits for all
-of them. So after arrival a request waits in the *start lane* (``Start.enter_lane``), which admits
-``LANE_WIDTH`` at a time in arrival order, and leaves it as soon as its engine call is sent
-(``engine_called``), its first delta is out, it ends, or ``LANE_LIMIT`` has passed (a start that waits for
-something slow, an MCP server or a container, holds the next one up that long at most). The starts run one
-after another while the first tokens of those already sent go out in between: the first-token median of a
-burst halves for the same work, and the last one comes no later.
+The start lane. A request's start (validation, history, rendering, the engine request) is CPU work with
+few awaits in it, and asyncio runs every ready task once per loop turn: 64 requests arriving together all
+start in the same turn, and no engine's answer is read before the last of them has sent its own, so the
+median request waits for the whole burst's start work before its first token. So once its body is read a
+request waits in the *start lane* (``enter_lane``), in arrival order, and leaves it when its engine call is
+sent or it is about to wait for something else (``leave_lane``: the store, a thread, an MCP server), when it
+ends, or after ``LANE_LIMIT`` at most. The lane lets the next request in a loop turn after the last one
+left: the engines' answers to the starts already sent are read in between and their first tokens go out,
+so first tokens come one start apart instead of all after the last start (the median of a burst about
+halves; the last comes no later). While requests wait there, every producer that has delivered its first
+delta is held, a paced one too (a loop turn spent on the tokens of streams already flowing is a turn
+between two starts): as a bare proxy, which starts a whole burst in one turn, gives the flowing streams
+nothing meanwhile. A request waiting in the lane counts as starting until ``START_LIMIT`` after it was let
+in, so the usual bounds on holds apply (``START_LIMIT`` each, a fifth of the loop under lasting overload).
 
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
@@ -53,13 +58,13 @@ from ..metrics import QUEUE_DEPTH
 
 __all__ = [
     "LANE_LIMIT",
-    "LANE_WIDTH",
     "START_LIMIT",
     "YIELD_INTERVAL",
     "Start",
     "Turns",
     "end_start",
-    "engine_called",
+    "enter_lane",
+    "leave_lane",
     "starting",
 ]
 
@@ -69,9 +74,13 @@ YIELD_INTERVAL = 0.002
 WAITED = 0.0005
 # The longest a request counts as starting, so the longest it holds the other streams' producers.
 START_LIMIT = 0.05
-# How many requests do their start work at once (the start lane), and the longest one keeps its place.
-LANE_WIDTH = 1
+# The longest a request keeps its place in the start lane; the most it lets in at once; how many starts'
+# worth of other work between two lets it in before it lets in more than one; a start's work before any
+# was measured.
 LANE_LIMIT = 0.005
+LANE_MOST = 64
+LANE_SHARE = 8
+LANE_FIRST_COST = 0.0003
 # The queue_depth gauges this module keeps (metrics.QUEUE_DEPTH): one update per request, and per hold.
 _STARTING = QUEUE_DEPTH.labels("starting")
 _HELD = QUEUE_DEPTH.labels("held")
@@ -83,23 +92,22 @@ OVERLOAD_SPAN = 4 * START_LIMIT
 class Traffic:
     """One event loop's starting requests."""
 
-    __slots__ = ("__weakref__", "_clear", "_free_until", "_lane", "_lane_queue", "_overloaded_since", "starting")
+    __slots__ = ("__weakref__", "_clear", "_free_until", "_overloaded_since", "lane", "starting")
 
     _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Traffic] = weakref.WeakKeyDictionary()
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.starting = 0
         self._clear: asyncio.Future[None] | None = None  # done when no request is starting
         self._free_until = 0.0  # (monotonic) no one is held before this
         self._overloaded_since: float | None = None  # since when holds have been running out
-        self._lane = 0  # places taken in the start lane
-        self._lane_queue: deque[asyncio.Future[None]] = deque()  # requests waiting for one, in arrival order
+        self.lane = _Lane(loop)
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> Traffic:
         traffic = cls._of.get(loop)
         if traffic is None:
-            traffic = cls._of[loop] = cls()
+            traffic = cls._of[loop] = cls(loop)
         return traffic
 
     def holding(self) -> bool:
@@ -107,34 +115,32 @@ class Traffic:
         return self.starting > 0 and time.monotonic() >= self._free_until
 
     async def hold(self) -> None:
-        """Wait until no request is starting, at most ``START_LIMIT``.
+        """Wait until no request is starting: at most ``START_LIMIT``, or while requests wait in the start
+        lane, until they have started or the overload rule below frees the flowing streams.
 
         Holds that keep running out mean requests arrive faster than they start (the process is
         overloaded). A burst of them (64 requests 2 ms apart) still gets the loop first, but after
         ``OVERLOAD_SPAN`` of it the streams already flowing get ``START_LIMIT`` free of holds, so that
-        they keep a fifth of the loop instead of one batch per hold.
+        they keep a fifth of the loop instead of one batch per hold. While the lane has a queue its starts
+        are going on, one after another: a hold that ran out would give the loop one batch of a flowing
+        stream (hundreds of tokens after a fast engine's read, a millisecond), and a burst of 256 lost most
+        of the loop to those between its starts.
         """
         if self._clear is None or self._clear.done():
             self._clear = asyncio.get_running_loop().create_future()
+        clear = self._clear
         # asyncio.wait neither cancels the shared future on timeout nor when this task is cancelled.
-        await asyncio.wait((self._clear,), timeout=START_LIMIT)
-        if not self._clear.done():
+        await asyncio.wait((clear,), timeout=START_LIMIT)
+        while not clear.done():
             now = time.monotonic()
             if self._overloaded_since is None:
                 self._overloaded_since = now - START_LIMIT
             elif now - self._overloaded_since >= OVERLOAD_SPAN:
                 self._free_until = now + START_LIMIT
                 self._overloaded_since = None
-
-    def _lane_left(self) -> None:
-        """A place in the start lane is free: the next request waiting (not cancelled) takes it."""
-        queue = self._lane_queue
-        while queue:
-            waiter = queue.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+            if now < self._free_until or not self.lane.queued:
                 return
-        self._lane -= 1
+            await asyncio.wait((clear,), timeout=START_LIMIT)
 
     def _started(self) -> None:
         self.starting -= 1
@@ -144,12 +150,80 @@ class Traffic:
                 self._clear.set_result(None)
 
 
+class _Lane:
+    """One event loop's start lane (the module docstring)."""
+
+    __slots__ = ("_cost", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: deque[asyncio.Future[None]] = deque()  # requests waiting, in arrival order
+        self._inside = 0  # let in, not left yet
+        # One left in this loop turn: whoever comes next waits for the next turn (they arrive in this one
+        # together, a burst's all do, and let straight in each would start before any answer is read).
+        self._reopening = False
+        self._let_in_at: float | None = None  # when the last ones were let in, while requests queue
+        self._work = 0.0  # the start work measured since then
+        self._cost = LANE_FIRST_COST  # one start's work, a moving average
+
+    @property
+    def queued(self) -> bool:
+        """Whether requests are waiting to start."""
+        return bool(self._queue)
+
+    async def enter(self) -> None:
+        if not self._inside and not self._queue and not self._reopening:
+            self._inside = 1
+            return
+        waiter = self._loop.create_future()
+        self._queue.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.left(0.0)  # let in, then cancelled: its place goes on
+            raise
+
+    def left(self, took: float) -> None:
+        self._inside -= 1
+        if took:
+            self._work += took
+            self._cost += (took - self._cost) / 8
+        if not self._inside and not self._reopening:
+            self._reopening = True
+            self._loop.call_soon(self._reopen)
+
+    def _reopen(self) -> None:
+        self._reopening = False
+        queue = self._queue
+        if not queue:
+            self._let_in_at = None
+            return
+        if self._inside:
+            return
+        now = time.monotonic()
+        most = 1
+        if self._let_in_at is not None:
+            # The loop's other work since the last ones were let in: when it is many starts' worth (streams
+            # that cannot be held, or a free spell of the overload rule), more start together.
+            other = now - self._let_in_at - self._work
+            most = max(1, min(LANE_MOST, int(other / (LANE_SHARE * self._cost))))
+        self._let_in_at = now
+        self._work = 0.0
+        while queue and most:
+            waiter = queue.popleft()
+            if not waiter.done():  # done: cancelled while waiting
+                waiter.set_result(None)  # its task runs at the next turn, after the loop has read what came in
+                self._inside += 1
+                most -= 1
+
+
 class Start:
     """One request: counted as starting (``active``) until ``end()``, and never held before it has
     ``delivered`` its first delta (a start that ran out of ``START_LIMIT`` before it, behind a queue of
     requests or a slow engine, must not then wait behind the others' starts)."""
 
-    __slots__ = ("active", "delivered", "traffic", "_in_lane", "_lane_timer", "_loop", "_timer")
+    __slots__ = ("active", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
@@ -159,36 +233,29 @@ class Start:
         self.delivered = False
         self._loop = loop
         self._in_lane = False
-        self._lane_timer: asyncio.TimerHandle | None = None
+        self._let_in = 0.0
+        # START_LIMIT from arrival until the request asks for the lane (a body that trickles in must not
+        # count as starting for long), none while it waits there, then START_LIMIT from when it is let in.
         self._timer = loop.call_later(START_LIMIT, self.end)
 
     async def enter_lane(self) -> None:
-        """Wait for a place in the start lane (the module docstring), in arrival order."""
-        traffic = self.traffic
-        if traffic._lane < LANE_WIDTH and not traffic._lane_queue:
-            traffic._lane += 1
-        else:
-            waiter = self._loop.create_future()
-            traffic._lane_queue.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    traffic._lane_left()  # given the place, then cancelled: the next one has it
-                raise
+        """Wait for the start lane to let this request in (the module docstring), in arrival order."""
+        self._timer.cancel()
+        await self.traffic.lane.enter()
+        self._let_in = time.monotonic()
         self._in_lane = True
-        self._lane_timer = self._loop.call_later(LANE_LIMIT, self.leave_lane)
+        self._timer = self._loop.call_later(LANE_LIMIT, self._lane_limit)
+
+    def _lane_limit(self) -> None:
+        self.leave_lane()
+        if self.active:
+            self._timer = self._loop.call_later(START_LIMIT - LANE_LIMIT, self.end)
 
     def leave_lane(self) -> None:
-        """The start work is done (or took too long): the next request may start (idempotent)."""
+        """The start work is done, or is about to wait: the next requests may start (idempotent)."""
         if self._in_lane:
             self._in_lane = False
-            if self._lane_timer is not None:
-                self._lane_timer.cancel()
-            # Handed on at the next loop turn, not now: the requests behind may have arrived in this turn
-            # (all of a burst's do), and admitted now each would start in it too, before the loop polls for
-            # the engines' answers to those already sent.
-            self._loop.call_soon(self.traffic._lane_left)
+            self.traffic.lane.left(time.monotonic() - self._let_in)
 
     def end(self) -> None:
         self.leave_lane()
@@ -208,8 +275,16 @@ class Start:
 _current: contextvars.ContextVar[Start | None] = contextvars.ContextVar("harmony_responses_start", default=None)
 
 
-def engine_called() -> None:
-    """The current request's engine call is being sent: its start work is done, the next one's may begin."""
+async def enter_lane() -> None:
+    """The current request (if counted as starting) waits for the start lane to let it in."""
+    start = _current.get()
+    if start is not None and not start.delivered:
+        await start.enter_lane()
+
+
+def leave_lane() -> None:
+    """The current request's start work is done (its engine call is being sent) or is about to wait for
+    something (the store, a thread, an MCP server): the next requests may start."""
     start = _current.get()
     if start is not None:
         start.leave_lane()
@@ -226,7 +301,7 @@ def end_start() -> None:
 def starting() -> Iterator[Start]:
     """Count the request running in this context as starting, until its ``Start.finish()`` or the end.
 
-    The caller awaits ``Start.enter_lane()`` before its start work."""
+    The request awaits ``enter_lane()`` before its start work."""
     start = Start(asyncio.get_running_loop())
     token = _current.set(start)
     try:
@@ -245,6 +320,7 @@ class Turns:
         self._clock = time.monotonic
         self._since = self._ended = self._clock()
         self._fresh = True  # the batch being handled came after a wait
+        self._handed = False  # the request's first delta has been handed on (written or about to be)
 
     def arrived(self) -> None:
         now = self._clock()
@@ -256,22 +332,33 @@ class Turns:
         """The producer has just waited for something else (its reader, the store): the loop had its turns."""
         self._since = self._ended = self._clock()
 
+    def handed_first_delta(self) -> None:
+        """The batch just handed on holds the first delta: the producer may be held from now on, as after
+        it was written (its writer is not held, and sends it at its next turn). Waiting for the write
+        let a flat-out stream translate all of its tokens first, a millisecond of the loop per big read."""
+        self._handed = True
+
     async def done(self) -> None:
         now = self._ended = self._clock()
         start = self._start
-        if start is not None and start.active and not self._fresh:
+        traffic = self._traffic
+        if (
+            (start is None or start.delivered or self._handed)
+            and (not self._fresh or traffic.lane.queued)
+            and traffic.holding()
+        ):
+            _HELD.inc()
+            try:
+                await traffic.hold()  # another request is starting: it goes first
+            finally:
+                _HELD.dec()
+            self.waited()
+        elif start is not None and start.active and not self._fresh:
             # Starting, and the next batch may be waiting already: let the writer send this one first (the
             # first delta is among the next few). After a fresh batch the producer waits for its engine
             # next, which gives the writer its turn anyway; a yield would only delay the next chunk by a
             # whole loop pass, long when many requests are starting.
             await asyncio.sleep(0)
-            self.waited()
-        elif not self._fresh and (start is None or start.delivered) and self._traffic.holding():
-            _HELD.inc()
-            try:
-                await self._traffic.hold()  # another request is starting: it goes first
-            finally:
-                _HELD.dec()
             self.waited()
         elif now - self._since >= YIELD_INTERVAL:
             await asyncio.sleep(0)

@@ -1,0 +1,150 @@
+"""The start lane (run/turns.py): a burst's requests start one after another, and the first answers stream
+while the later ones are still starting.
+
+Through the real server on 127.0.0.1: a burst of streaming requests sent at once on raw sockets, an
+in-process engine that notes when each call reaches it and answers a few milliseconds later, like an
+engine's prefill. Without the lane every request of the burst starts in the same loop turn and no answer
+is read before the last one has reached the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
+from harmony_responses.run import turns
+from harmony_responses.tokens import EngineEnd, TokenChunk
+from harmony_responses.vocab import load_encoding
+
+from .conftest import Serve
+from .helpers import MODEL
+
+BURST = 24
+ANSWER_IDS = load_encoding().encode("<|channel|>final<|message|>Hi<|return|>", allowed_special="all")
+DELTA = b"event: response.output_text.delta\n"
+
+
+class Prefilling:
+    """An engine that notes when each call arrives and answers ``delay`` seconds later."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.called: list[float] = []
+        self.engine = MockEngine(self._handle)
+
+    async def _handle(self, request: GenerateRequest) -> EngineStream:
+        self.called.append(time.monotonic())
+        await asyncio.sleep(self.delay)
+        yield TokenChunk(token_ids=ANSWER_IDS)
+        yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
+
+
+async def _stream(port: int, body: bytes, opened: asyncio.Event) -> tuple[float | None, bytes]:
+    """(when the first delta arrived, the whole body), for a request sent once ``opened`` is set."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    await opened.wait()  # every connection is open: the requests go out together
+    writer.write(head + body)
+    await writer.drain()
+    first: float | None = None
+    received = b""
+    while data := await reader.read(1 << 16):
+        received += data
+        if first is None and DELTA in received:
+            first = time.monotonic()
+    writer.close()
+    return first, received
+
+
+async def _burst(port: int, n: int) -> list[tuple[float | None, bytes]]:
+    body = f'{{"model": "{MODEL}", "input": "Say hi.", "stream": true, "store": false}}'.encode()
+    opened = asyncio.Event()
+    tasks = [asyncio.create_task(_stream(port, body, opened)) for _ in range(n)]
+    await asyncio.sleep(0.2)  # the connections are made
+    opened.set()
+    return await asyncio.gather(*tasks)
+
+
+def _port(live: Any) -> int:
+    return int(live.root.rsplit(":", 1)[1])
+
+
+def test_a_burst_streams_its_first_answers_while_later_requests_start(serve: Serve) -> None:
+    engine = Prefilling(delay=0.003)
+    live = serve(engine.engine)
+    results = asyncio.run(_burst(_port(live), BURST))
+    assert len(engine.called) == BURST
+    for first, received in results:
+        assert first is not None and b'"delta":"Hi"' in received
+        assert b"event: response.completed\n" in received
+    first_answer = min(first for first, _ in results if first is not None)
+    # The first answer went out before the burst's last request had reached the engine.
+    assert first_answer < max(engine.called)
+
+
+def test_a_request_cancelled_in_the_lane_does_not_keep_the_others_waiting() -> None:
+    async def main() -> list[str]:
+        order: list[str] = []
+
+        async def request(name: str) -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                order.append(name)
+                await asyncio.sleep(0.001)  # start work with an await in it
+                turns.leave_lane()
+
+        first = asyncio.create_task(request("first"))
+        await asyncio.sleep(0)  # first is in the lane
+        waiting = [asyncio.create_task(request(name)) for name in ("cancelled", "next", "last")]
+        await asyncio.sleep(0)  # all three wait behind it
+        waiting[0].cancel()
+        await asyncio.wait_for(asyncio.gather(first, *waiting[1:]), timeout=5)
+        return order
+
+    assert asyncio.run(main()) == ["first", "next", "last"]
+
+
+def test_a_start_that_waits_too_long_lets_the_next_one_in() -> None:
+    async def main() -> list[str]:
+        order: list[str] = []
+
+        async def request(name: str, work: float) -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                order.append(f"{name} in")
+                await asyncio.sleep(work)  # waiting for something the lane does not know of
+                order.append(f"{name} done")
+
+        slow = asyncio.create_task(request("slow", 10 * turns.LANE_LIMIT))
+        await asyncio.sleep(0)
+        quick = asyncio.create_task(request("quick", 0))
+        await asyncio.wait_for(asyncio.gather(slow, quick), timeout=5)
+        return order
+
+    # The quick one started after LANE_LIMIT, without waiting for the slow one to finish.
+    assert asyncio.run(main()) == ["slow in", "quick in", "quick done", "slow done"]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_requests_in_a_quiet_loop_start_at_once(n: int) -> None:
+    """Requests that arrive one loop turn or more apart are let in straight away."""
+
+    async def main() -> list[float]:
+        waits: list[float] = []
+        for _ in range(n):
+            with turns.starting():
+                asked = time.monotonic()
+                await turns.enter_lane()
+                waits.append(time.monotonic() - asked)
+                turns.leave_lane()
+            await asyncio.sleep(0.01)
+        return waits
+
+    assert all(wait < turns.LANE_LIMIT for wait in asyncio.run(main()))
