@@ -16,7 +16,10 @@ the bare proxy's in the same run (target: within 1.25× at 64 and 256 streams, f
 
 Two runs: the fakes streaming as fast as they can, and paced at 10 ms per token. Everything shares this
 machine's cores: the fakes and the client take their part, so absolute figures are this machine's, the
-ratios the comparison.
+ratios the comparison. Each figure is over ``REPEATS`` bursts in a row.
+
+``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy), ``SCALE_STREAMS=64,256`` the
+burst sizes: for quicker comparisons of one change.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, p
 
 MODEL = "gpt-oss-20b"
 STREAMS = tuple(int(s) for s in os.environ.get("SCALE_STREAMS", "64,256").split(","))
-REPEATS = 2
+REPEATS = 3
 # Our readers: their engine arguments, given the two fakes' specs.
 OURS = {
     "ours, 1 process": lambda a, b: ["--engine", a],

@@ -128,8 +128,8 @@ QUEUE_DEPTH = Gauge(
     PREFIX + "queue_depth",
     "Responses waiting: 'engine' (for an engine call's first token: the engine's queue and prefill), "
     "'background' (accepted background responses the engine has not yet taken), 'starting' (requests the "
-    "event loop serves first until their first delta is out, at most 50 ms each: run/turns.py), 'held' "
-    "(flowing streams paused meanwhile)",
+    "event loop serves first until their first delta is out: run/turns.py), 'start_lane' (requests waiting "
+    "for their turn to start, one after another), 'held' (flowing streams paused meanwhile)",
     ["queue"],
     multiprocess_mode="livesum",
 )

@@ -258,6 +258,7 @@ class StoredResponses:
         opening = [translator.next_event(), translator.next_event()]  # not events(): no prefill before begin()
         live.insert(insert)
         live.publish(opening)  # type: ignore[arg-type]
+        leave_lane()  # the commit is a wait for the store: the next requests start meanwhile (run/turns.py)
         await live.wait_beyond(len(opening) - 1)
         live.task = asyncio.get_running_loop().create_task(produce(live, run, queued=True), name=f"bg-{response_id}")
         self._wake.set()

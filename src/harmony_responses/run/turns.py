@@ -9,22 +9,24 @@ means the loop had its turns meanwhile, and the count starts again. (Counting fr
 made every chunk of a paced engine, one per 10 ms, look overdue: one needless loop turn per token per
 stream.)
 
-First tokens first. A request is *starting* from the moment it reaches the endpoint (``starting()``
-counts it; the HTTP layer's ``FirstTokensFirst`` wraps the endpoint in it) until its first delta is
+First tokens first. A request is *starting* from the moment it reaches the server (``starting()`` counts
+it; the HTTP layer's ``FirstTokensFirst`` wraps ``POST /v1/responses`` in it) until its first delta is
 written (the transport calls ``Start.finish``), it ends, it turns out not to stream (``end_start``), or
-``START_LIMIT`` has passed. While another request is starting, a producer working back to back that has
-delivered its first delta (or has none to deliver) is *held* at its next batch, until no request is
+``START_LIMIT`` has passed (counted from its arrival until it asks for the start lane below, not while it
+waits there, and again from when the lane lets it in). While another request is starting, a producer
+working back to back that has handed on its first delta (``Turns.handed_first_delta``: its writer, never
+held, sends it at its next turn) or has none to deliver is *held* at its next batch, until no request is
 starting (``START_LIMIT`` at most), instead of keeping its ``YIELD_INTERVAL``. A saturated server then
 gives the loop to the new request's parsing, rendering, engine request and first chunks, the wait a client
 notices most, while the streams already flowing pause for a few milliseconds; their tokens wait in the
 buffers, nothing is lost. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
 request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). A producer whose batch came
-after a wait for its engine (a paced engine) is never held: it costs the loop little, and holding it would
-only delay its tokens. ``START_LIMIT`` bounds what a slow start (a long prefill on the engine) can cost
-the others, and under lasting overload (requests arriving faster than they start) flowing streams still
-get a fifth of the loop (``Traffic.hold``). A starting request's own producer yields after every batch that
-came right behind another, so that its writer sends the first delta as soon as it exists rather than after
-up to ``YIELD_INTERVAL`` of the tokens behind it.
+after a wait for its engine (a paced engine) is held only while requests wait in the start lane: otherwise
+it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a slow
+start (a long prefill on the engine) can cost the others, and under lasting overload (requests arriving
+faster than they start) flowing streams still get a fifth of the loop (``Traffic.hold``). A starting
+request's own producer yields after every batch that came right behind another, so that its writer sends
+the first delta as soon as it exists rather than after up to ``YIELD_INTERVAL`` of the tokens behind it.
 
 The start lane. A request's start (validation, history, rendering, the engine request) is CPU work with
 few awaits in it, and asyncio runs every ready task once per loop turn: 64 requests arriving together all
@@ -35,11 +37,12 @@ sent or it is about to wait for something else (``leave_lane``: the store, a thr
 ends, or after ``LANE_LIMIT`` at most. The lane lets the next request in a loop turn after the last one
 left: the engines' answers to the starts already sent are read in between and their first tokens go out,
 so first tokens come one start apart instead of all after the last start (the median of a burst about
-halves; the last comes no later). While requests wait there, every producer that has delivered its first
-delta is held, a paced one too (a loop turn spent on the tokens of streams already flowing is a turn
-between two starts): as a bare proxy, which starts a whole burst in one turn, gives the flowing streams
-nothing meanwhile. A request waiting in the lane counts as starting until ``START_LIMIT`` after it was let
-in, so the usual bounds on holds apply (``START_LIMIT`` each, a fifth of the loop under lasting overload).
+halves; the last comes no later). When the loop's other work between two lets-in is many starts' worth
+(``LANE_SHARE``: streams that are not held, a free spell of the overload rule), it lets in several at once.
+While requests wait there, every producer that has handed on its first delta is held, a paced one too (a
+loop turn spent on the tokens of streams already flowing is a turn between two starts), and a hold that
+runs out waits again while the queue lasts, up to the overload rule: as a bare proxy, which starts a
+whole burst in one turn, gives the flowing streams nothing meanwhile.
 
 The bookkeeping is per event loop (``Traffic.of``): the loop's time is what is shared.
 """
@@ -84,6 +87,7 @@ LANE_FIRST_COST = 0.0003
 # The queue_depth gauges this module keeps (metrics.QUEUE_DEPTH): one update per request, and per hold.
 _STARTING = QUEUE_DEPTH.labels("starting")
 _HELD = QUEUE_DEPTH.labels("held")
+_LANE_QUEUE = QUEUE_DEPTH.labels("start_lane")
 # How long holds may keep running out (requests arriving faster than they start) before the flowing
 # streams get START_LIMIT free of holds.
 OVERLOAD_SPAN = 4 * START_LIMIT
@@ -177,12 +181,15 @@ class _Lane:
             return
         waiter = self._loop.create_future()
         self._queue.append(waiter)
+        _LANE_QUEUE.inc()
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.left(0.0)  # let in, then cancelled: its place goes on
             raise
+        finally:
+            _LANE_QUEUE.dec()
 
     def left(self, took: float) -> None:
         self._inside -= 1
