@@ -36,9 +36,10 @@ request waits in the *start lane* (``enter_lane``), in arrival order, and leaves
 sent or it is about to wait for something else (``leave_lane``: the store, a thread, an MCP server), when it
 ends, or after ``LANE_LIMIT`` at most. The lane lets the next request in a loop turn after the last one
 left: the engines' answers to the starts already sent are read in between and their first tokens go out,
-so first tokens come one start apart instead of all after the last start (the median of a burst about
-halves; the last comes no later). When the loop's other work between two lets-in is many starts' worth
-(``LANE_SHARE``: streams that are not held, a free spell of the overload rule), it lets in several at once.
+so first tokens come one start apart instead of all after the last start (the median of a burst of 64
+about halves; the last ones of a large burst come later, behind the first ones' streams). When the loop's
+other work between two lets-in is many starts' worth (``LANE_SHARE``: streams that are not held, a free
+spell of the overload rule), it lets in several at once.
 While requests wait there, every producer that has handed on its first delta is held, a paced one too (a
 loop turn spent on the tokens of streams already flowing is a turn between two starts), and a hold that
 runs out waits again while the queue lasts, up to the overload rule: as a bare proxy, which starts a
