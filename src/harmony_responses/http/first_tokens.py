@@ -11,11 +11,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..run.turns import starting
 
-__all__ = ["FirstTokensFirst"]
+__all__ = ["DELTA_FRAME", "FirstTokensFirst"]
 
 # What a streamed body's first delta event looks like: SSE ``event:`` lines are the only place a raw
 # newline follows ``.delta`` (JSON escapes newlines inside ``data:``).
-_DELTA = b".delta\n"
+DELTA_FRAME = b".delta\n"
 
 
 class FirstTokensFirst:
@@ -39,7 +39,7 @@ class FirstTokensFirst:
                 if (
                     not start.delivered
                     and message["type"] == "http.response.body"
-                    and _DELTA in message.get("body", b"")
+                    and DELTA_FRAME in message.get("body", b"")
                 ):
                     start.finish()
 

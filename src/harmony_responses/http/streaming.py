@@ -37,6 +37,7 @@ from ..run import ResponseRun, StoredRun
 from ..run.turns import Turns, end_start
 from ..sse import encode_event
 from .errors import error_response, json_response
+from .first_tokens import DELTA_FRAME
 
 __all__ = ["SSE_HEADERS", "FollowStream", "RunResponse"]
 
@@ -49,9 +50,6 @@ logger = logging.getLogger("harmony_responses.http")
 BUFFERED_BATCHES = 64
 BUFFERED_BYTES = 16 * 1024
 _SSE_STREAMS = STREAMS_IN_FLIGHT.labels("sse")
-
-# How a delta event's SSE frame begins (first_tokens.py): the first one handed on makes a producer holdable.
-_DELTA = b".delta\n"
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -238,7 +236,7 @@ class RunResponse:
                     if not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
                         turns.waited()
-                    if not handed and _DELTA in body:
+                    if not handed and DELTA_FRAME in body:  # the first one handed on: holdable (run/turns.py)
                         handed = True
                         turns.handed_first_delta()
                     await turns.done()
