@@ -227,9 +227,10 @@ class _Lane:
 
 
 class Start:
-    """One request: counted as starting (``active``) until ``end()``, and never held before it has
-    ``delivered`` its first delta (a start that ran out of ``START_LIMIT`` before it, behind a queue of
-    requests or a slow engine, must not then wait behind the others' starts)."""
+    """One request: counted as starting (``active``) until ``end()``, and its producer never held before it
+    has ``delivered`` its first delta or handed it on (``Turns.handed_first_delta``): a start that ran out of
+    ``START_LIMIT`` before it, behind a queue of requests or a slow engine, must not then wait behind the
+    others' starts."""
 
     __slots__ = ("active", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_timer")
 
