@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import pytest
 
 from harmony_responses.http.streaming import RunResponse
 
@@ -74,3 +76,61 @@ def test_a_client_gone_mid_write_ends_quietly_and_stops_the_run() -> None:
     assert response.disconnected
     assert run.closed
     assert run.produced < 100_000  # generation stopped instead of running to the end
+
+
+class SlowRun(FakeRun):
+    """A run whose engine sends one batch and then waits; its close takes a loop turn or two."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.closing_done = False
+
+    async def aclose(self) -> None:
+        await asyncio.sleep(0.01)  # an engine's abort request: an await that a cancellation could cut
+        self.closed = self.closing_done = True
+
+    async def batches(self) -> AsyncIterator[bytes]:
+        yield FRAME
+        await asyncio.sleep(3600)
+
+
+def test_a_disconnect_ends_the_response_quietly_and_closes_the_run() -> None:
+    run = SlowRun()
+    disconnect = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message["body"]:
+            disconnect.set()  # the client goes away after the first event
+
+    async def main() -> None:
+        response = RunResponse(run, stream=True)
+        await asyncio.wait_for(response({"type": "http", "path": "/"}, receive, send), timeout=5)  # no raise
+        assert response.disconnected
+
+    asyncio.run(main())
+    assert run.closing_done
+
+
+def test_a_cancelled_request_is_still_cancelled_after_its_run_is_closed() -> None:
+    """A server shutting down cancels the request's task: the cancellation goes on after the run's close,
+    which a cancellation arriving meanwhile does not cut short."""
+    run = SlowRun()
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    async def main() -> None:
+        task = asyncio.create_task(RunResponse(run, stream=True)({"type": "http", "path": "/"}, _receive, send))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.001)
+        task.cancel()  # a second cancellation, during the close
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert run.closing_done
