@@ -362,11 +362,11 @@ class Turns:
             finally:
                 _HELD.dec()
             self.waited()
-        elif start is not None and start.active and not self._fresh:
-            # Starting, and the next batch may be waiting already: let the writer send this one first (the
-            # first delta is among the next few). After a fresh batch the producer waits for its engine
-            # next, which gives the writer its turn anyway; a yield would only delay the next chunk by a
-            # whole loop pass, long when many requests are starting.
+        elif start is not None and start.active and self._handed and not self._fresh:
+            # Starting, the first delta handed on, and the next batch may be waiting already: let the writer
+            # send it first. Before it, no yield: the batches before the first delta (response.created,
+            # the first item's opening) go out in the same write as it, a loop turn sooner. After a fresh
+            # batch the producer waits for its engine next, which gives the writer its turn anyway.
             await asyncio.sleep(0)
             self.waited()
         elif now - self._since >= YIELD_INTERVAL:
