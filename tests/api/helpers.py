@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,6 +78,17 @@ def start_live(app: Starlette) -> Live:
         time.sleep(0.005)
     root = f"http://127.0.0.1:{port}"
     return Live(app=app, server=server, thread=thread, base_url=f"{root}/v1", root=root)
+
+
+def stop_process(process: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+    """Send a server process ``sig`` and wait for it to exit; killed if it has not within ``timeout``."""
+    if process.poll() is None:
+        process.send_signal(sig)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def write_script(path: Path, lines: list[dict[str, Any] | str]) -> str:

@@ -32,7 +32,7 @@ from websockets.sync.client import connect as ws_connect
 
 from harmony_responses import metrics
 
-from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, write_script
+from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, stop_process, write_script
 
 BIN = Path(sys.executable).parent / "harmony-responses"
 
@@ -83,13 +83,7 @@ class Serve:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         self.client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, sig)
         assert self.process.stdout is not None
         self.process.stdout.close()
         self._log.close()

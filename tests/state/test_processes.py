@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from api.helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, write_script
+from api.helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, stop_process, write_script
 from translate.invariants import check_stream
 
 WORDS = 300
@@ -49,13 +49,7 @@ class Server:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         self.client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, sig)
         if self.process.stdout is not None:
             self.process.stdout.close()
 
