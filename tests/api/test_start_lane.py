@@ -4,7 +4,9 @@ while the later ones are still starting.
 Through the real server on 127.0.0.1: a burst of streaming requests sent at once on raw sockets, an
 in-process engine that notes when each call reaches it and answers a few milliseconds later, like an
 engine's prefill. Without the lane every request of the burst starts in the same loop turn and no answer
-is read before the last one has reached the engine.
+is read before the last one has reached the engine. Both moments are taken in the server's thread (the
+first delta where the app hands it to uvicorn): the client shares the process, and its reads can wait for
+the GIL for milliseconds.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import time
 from typing import Any
 
 import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
 from harmony_responses.run import turns
+from harmony_responses.serve import Config, create_app
 from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
 
-from .conftest import Serve
-from .helpers import MODEL
+from .helpers import MODEL, start_live
 
 BURST = 24
 ANSWER_IDS = load_encoding().encode("<|channel|>final<|message|>Hi<|return|>", allowed_special="all")
@@ -43,8 +46,28 @@ class Prefilling:
         yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
 
 
-async def _stream(port: int, body: bytes, opened: asyncio.Event) -> tuple[float | None, bytes]:
-    """(when the first delta arrived, the whole body), for a request sent once ``opened`` is set."""
+class DeltaClock:
+    """ASGI wrapper noting when each response's first output-text delta is handed to the server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.first_deltas: list[float] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        seen = False
+
+        async def noting(message: Message) -> None:
+            nonlocal seen
+            if not seen and message["type"] == "http.response.body" and DELTA in message.get("body", b""):
+                seen = True
+                self.first_deltas.append(time.monotonic())
+            await send(message)
+
+        await self.app(scope, receive, noting)
+
+
+async def _stream(port: int, body: bytes, opened: asyncio.Event) -> bytes:
+    """The whole body of a request sent once ``opened`` is set."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (
         f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
@@ -53,17 +76,14 @@ async def _stream(port: int, body: bytes, opened: asyncio.Event) -> tuple[float 
     await opened.wait()  # every connection is open: the requests go out together
     writer.write(head + body)
     await writer.drain()
-    first: float | None = None
     received = b""
     while data := await reader.read(1 << 16):
         received += data
-        if first is None and DELTA in received:
-            first = time.monotonic()
     writer.close()
-    return first, received
+    return received
 
 
-async def _burst(port: int, n: int) -> list[tuple[float | None, bytes]]:
+async def _burst(port: int, n: int) -> list[bytes]:
     body = f'{{"model": "{MODEL}", "input": "Say hi.", "stream": true, "store": false}}'.encode()
     opened = asyncio.Event()
     tasks = [asyncio.create_task(_stream(port, body, opened)) for _ in range(n)]
@@ -76,17 +96,22 @@ def _port(live: Any) -> int:
     return int(live.root.rsplit(":", 1)[1])
 
 
-def test_a_burst_streams_its_first_answers_while_later_requests_start(serve: Serve) -> None:
+def test_a_burst_streams_its_first_answers_while_later_requests_start() -> None:
     engine = Prefilling(delay=0.003)
-    live = serve(engine.engine)
-    results = asyncio.run(_burst(_port(live), BURST))
+    app = create_app(Config(models=(MODEL,), current_date="2025-06-01"), engine=engine.engine)
+    clock = DeltaClock(app)
+    live = start_live(app, clock)
+    try:
+        results = asyncio.run(_burst(_port(live), BURST))
+    finally:
+        live.stop()
     assert len(engine.called) == BURST
-    for first, received in results:
-        assert first is not None and b'"delta":"Hi"' in received
+    for received in results:
+        assert DELTA + b"data: " in received and b'"delta":"Hi"' in received
         assert b"event: response.completed\n" in received
-    first_answer = min(first for first, _ in results if first is not None)
+    assert len(clock.first_deltas) == BURST
     # The first answer went out before the burst's last request had reached the engine.
-    assert first_answer < max(engine.called)
+    assert min(clock.first_deltas) < max(engine.called)
 
 
 def test_a_request_cancelled_in_the_lane_does_not_keep_the_others_waiting() -> None:
