@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -15,6 +16,8 @@ from aiohttp import web
 
 from harmony_responses.engine import EngineOptions, GenerateRequest
 from harmony_responses.engine._vllm import VLLMEngine
+from harmony_responses.run import turns
+from harmony_responses.run.turns import Turns
 from harmony_responses.tokens import EngineEnd, TokenChunk
 
 PROMPT = [200006, 1428, 200008, 12194, 200007, 200006, 173781]
@@ -81,3 +84,89 @@ def test_tokens_before_an_error_object_in_the_same_read_are_kept() -> None:
     *chunks, end = asyncio.run(run([line(HELLO[:2]) + line(HELLO[2:4]) + error]))
     assert [t for c in chunks for t in c.token_ids] == HELLO[:4]
     assert isinstance(end, EngineEnd) and end.reason == "error" and "CUDA error" in (end.message or "")
+
+
+def _unread(server_port: int) -> int:
+    """Bytes the kernel holds unread on our connection to 127.0.0.1:``server_port`` (Linux /proc/net/tcp)."""
+    remote = f"0100007F:{server_port:04X}"
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = row.split()
+        if fields[2] == remote:
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"no connection to port {server_port}")
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
+def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a request waits in the start lane, a flowing stream is held (run/turns.py) and its engine
+    connection is not read: the engine's bytes wait in the kernel. When the starts are done, all of it comes."""
+    # The starts last as long as the test says, however slow the machine: no time limit ends them first.
+    for limit in ("START_LIMIT", "LANE_LIMIT", "OVERLOAD_SPAN"):
+        monkeypatch.setattr(turns, limit, 10.0)
+    rest = line(HELLO[2:-1]) * 200 + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
+
+    async def main() -> tuple[list[int], int]:
+        go, written = asyncio.Event(), asyncio.Event()
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(line(HELLO[:2]))
+            await go.wait()
+            await response.write(rest)
+            written.set()
+            return response
+
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        engine = VLLMEngine(EngineOptions(url=f"http://127.0.0.1:{port}", model="m"))
+        got: list[int] = []
+        held = asyncio.Event()
+
+        async def consume() -> None:
+            flow = Turns()
+            async for item in engine.generate(GenerateRequest(prompt_ids=PROMPT, max_tokens=500)):
+                if isinstance(item, TokenChunk):
+                    got.extend(item.token_ids)
+                flow.arrived()
+                held.set()
+                await flow.done()
+
+        async def request(started: asyncio.Event, done: asyncio.Event) -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                started.set()
+                await done.wait()  # its start work, as long as the test needs
+                turns.leave_lane()
+
+        try:
+            first_in, first_done, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(request(first_in, first_done))
+            await first_in.wait()
+            second = asyncio.create_task(request(second_in, asyncio.Event()))
+            await asyncio.sleep(0)  # the second waits in the lane: flowing streams are held
+            consumer = asyncio.create_task(consume())
+            await held.wait()
+            go.set()
+            await written.wait()
+            await asyncio.sleep(0.05)  # time enough for the loop to read what came, were it reading
+            unread = _unread(port)
+            assert len(got) == 2  # held
+            first_done.set()
+            await second_in.wait()
+            second.cancel()  # its start ends: no one is starting, the hold ends
+            await asyncio.wait_for(consumer, 5)
+            await first
+            return got, unread
+        finally:
+            await engine.aclose()
+            await runner.cleanup()
+
+    got, unread = asyncio.run(main())
+    assert unread >= len(rest) // 2  # the engine's bytes waited in the kernel, not in our buffers
+    assert got == HELLO[:2] + HELLO[2:-1] * 200 + [HELLO[-1]]  # nothing lost

@@ -20,6 +20,7 @@ from ._llamacpp import LlamaCppEngine
 from ._mock import MockEngine
 from ._options import EngineOptions
 from ._play import fake_logprobs
+from ._reading import Reading, reading_here
 from ._record import RecordingEngine
 from ._replay import ReplayEngine, ScriptedCall, load_script
 from ._replicas import ReplicaSet
@@ -46,6 +47,7 @@ __all__ = [
     "HTTPEngine",
     "LlamaCppEngine",
     "MockEngine",
+    "Reading",
     "RecordingEngine",
     "ReplayEngine",
     "ReplicaSet",
@@ -57,4 +59,5 @@ __all__ = [
     "engine_from_spec",
     "fake_logprobs",
     "load_script",
+    "reading_here",
 ]

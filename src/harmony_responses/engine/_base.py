@@ -13,7 +13,9 @@ The stream contract, for every ``Engine.generate``:
 - a failure before anything was yielded (engine unreachable, request refused) raises ``EngineError``,
   which the server turns into an HTTP error (503) because no response has started yet;
 - cancelling the consuming task, or ``aclose()`` on the returned generator, stops the generation
-  promptly and releases what it holds (HTTP adapters close the connection and abort the engine request).
+  promptly and releases what it holds (HTTP adapters close the connection and abort the engine request);
+- an engine reading a socket names its transport (``_reading.attach``) at each chunk, so that while its
+  consumer is held the socket is not read (``_reading``).
 """
 
 from __future__ import annotations

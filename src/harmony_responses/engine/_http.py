@@ -66,6 +66,7 @@ from ._base import (
     GenerateRequest,
 )
 from ._options import EngineOptions
+from ._reading import attach
 
 __all__ = [
     "HARMONY_PROBE",
@@ -676,6 +677,7 @@ class HTTPEngine(Engine):
                         # token, and under load one read holds many lines, whose tokens then go on as one
                         # chunk (the translator is chunking-invariant).
                         read = response.content.readany
+                        transport = response.connection.transport if response.connection else None
                         tail = b""
                         done = False
                         while True:
@@ -731,6 +733,7 @@ class HTTPEngine(Engine):
                                 if not yielded:
                                     watchdog.got_first()
                                     yielded = True
+                                attach(transport)  # while its consumer is held, not read (engine/_reading.py)
                                 for chunk in merge_chunks(chunks):
                                     yield chunk
                                 # The server may read the first item in the request's task and the rest

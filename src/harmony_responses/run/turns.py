@@ -19,7 +19,8 @@ held, sends it at its next turn) or has none to deliver is *held* at its next ba
 starting (``START_LIMIT`` at most), instead of keeping its ``YIELD_INTERVAL``. A saturated server then
 gives the loop to the new request's parsing, rendering, engine request and first chunks, the wait a client
 notices most, while the streams already flowing pause for a few milliseconds; their tokens wait in the
-buffers, nothing is lost. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
+buffers, nothing is lost. A held producer's engine connection is not read meanwhile (engine/_reading.py):
+read, a few hundred held streams flowing flat out took most of each loop turn between two starts. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
 request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). A producer whose batch came
 after a wait for its engine (a paced engine) is held only while requests wait in the start lane: otherwise
 it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a slow
@@ -58,6 +59,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator
 
+from ..engine import reading_here
 from ..metrics import QUEUE_DEPTH
 
 __all__ = [
@@ -330,6 +332,7 @@ class Turns:
         self._since = self._ended = self._clock()
         self._fresh = True  # the batch being handled came after a wait
         self._handed = False  # the request's first delta has been handed on (written or about to be)
+        self._reading = reading_here()  # the engine connection its batches come from, paused while held
 
     def arrived(self) -> None:
         now = self._clock()
@@ -357,9 +360,11 @@ class Turns:
             and traffic.holding()
         ):
             _HELD.inc()
+            self._reading.pause()
             try:
                 await traffic.hold()  # another request is starting: it goes first
             finally:
+                self._reading.resume()
                 _HELD.dec()
             self.waited()
         elif start is not None and start.active and self._handed and not self._fresh:

@@ -1,0 +1,59 @@
+"""Pausing the connection an engine stream is read from while its consumer is held.
+
+A producer that the server holds for a moment (run/turns.py: another request is starting) stops pulling
+from its engine stream, but a connection left readable is still read by the event loop at every turn,
+into the HTTP client's buffer, a chunk of a few tokens at a time. With a few hundred streams flowing flat
+out those reads were most of each loop turn between two starts (a burst of 256 took about 2.5 ms a start
+instead of 1). Paused, the engine's bytes wait in the kernel's socket buffer and come in one read when the
+hold ends; nothing is lost, and an engine writing faster than that is slowed by TCP as by a slow reader.
+
+The consumer (``run.turns.Turns``) makes a ``Reading`` current in its task; an engine that reads a socket
+names its transport there at every chunk it yields (``attach``), in the task reading it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+__all__ = ["Reading", "attach", "reading_here"]
+
+
+class Reading:
+    """The transport a consumer's engine stream is read from, paused and resumed around a hold."""
+
+    __slots__ = ("_paused", "transport")
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._paused: asyncio.Transport | None = None
+
+    def pause(self) -> None:
+        """Stop reading the transport, unless something else (the client's own flow control) already has."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and transport.is_reading():
+            transport.pause_reading()
+            self._paused = transport
+
+    def resume(self) -> None:
+        """Read again what ``pause`` stopped."""
+        transport, self._paused = self._paused, None
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
+
+
+_current: contextvars.ContextVar[Reading | None] = contextvars.ContextVar("harmony_responses_reading", default=None)
+
+
+def reading_here() -> Reading:
+    """A new ``Reading``, current in this task from now on (a consumer's tasks are its own)."""
+    reading = Reading()
+    _current.set(reading)
+    return reading
+
+
+def attach(transport: asyncio.Transport | None) -> None:
+    """The engine stream being read in this task reads ``transport``: its consumer's holds pause it."""
+    reading = _current.get()
+    if reading is not None:
+        reading.transport = transport
