@@ -19,9 +19,10 @@ held, sends it at its next turn) or has none to deliver is *held* at its next ba
 starting (``START_LIMIT`` at most), instead of keeping its ``YIELD_INTERVAL``. A saturated server then
 gives the loop to the new request's parsing, rendering, engine request and first chunks, the wait a client
 notices most, while the streams already flowing pause for a few milliseconds; their tokens wait in the
-buffers, nothing is lost. A held producer's engine connection is not read meanwhile (engine/_reading.py):
-read, a few hundred held streams flowing flat out took most of each loop turn between two starts. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
-request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). A producer whose batch came
+buffers, nothing is lost. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
+request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). A held producer's engine
+connection is not read meanwhile (engine/_reading.py): read, a few hundred held streams flowing flat out
+took most of each loop turn between two starts. A producer whose batch came
 after a wait for its engine (a paced engine) is held only while requests wait in the start lane: otherwise
 it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a slow
 start (a long prefill on the engine) can cost the others, and under lasting overload (requests arriving
