@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 
-__all__ = ["encode_event", "frame"]
+__all__ = ["encode_event", "ends_response", "frame"]
 
 _EVENT_PREFIX: dict[str, bytes] = {}
+_TERMINAL_FRAMES = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
@@ -25,3 +26,11 @@ def frame(type_: str, data: bytes) -> bytes:
     if prefix is None:
         prefix = _EVENT_PREFIX[type_] = b"event: " + type_.encode() + b"\ndata: "
     return prefix + data + b"\n\n"
+
+
+def ends_response(body: bytes) -> bool:
+    """Whether the last event framed in ``body`` is a terminal one (completed, incomplete, failed).
+
+    A frame starts at the body's start or after a newline; inside ``data:`` JSON a newline is escaped.
+    """
+    return body.startswith(_TERMINAL_FRAMES, body.rfind(b"\nevent: ") + 1)

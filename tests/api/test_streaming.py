@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from harmony_responses.http.streaming import RunResponse
+from harmony_responses.sse import ends_response
 
 FRAME = b"event: response.output_text.delta\ndata: {}\n\n"
 
@@ -48,15 +49,18 @@ async def _receive() -> dict[str, Any]:
 def test_fast_batches_share_writes_and_every_event_arrives_whole() -> None:
     run = FakeRun(500)
     bodies: list[bytes] = []
+    more: list[bool] = []
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.body":
             bodies.append(message["body"])
+            more.append(message.get("more_body", False))
 
     anyio.run(RunResponse(run, stream=True), {"type": "http", "method": "POST", "path": "/"}, _receive, send)
     assert b"".join(bodies) == FRAME * 500
-    assert bodies[-1] == b""  # the body ends right after the last event
-    assert all(body.endswith(b"\n\n") for body in bodies[:-1])  # never an event split across writes
+    # The body ends with the last events, in the same write: no write of its own for the end.
+    assert more == [True] * (len(bodies) - 1) + [False] and bodies[-1].endswith(FRAME)
+    assert all(body.endswith(b"\n\n") for body in bodies)  # never an event split across writes
     assert len(bodies) < 500  # queued batches were coalesced instead of one write each
 
 
@@ -134,3 +138,62 @@ def test_a_cancelled_request_is_still_cancelled_after_its_run_is_closed() -> Non
 
     asyncio.run(main())
     assert run.closing_done
+
+
+COMPLETED = b'event: response.completed\ndata: {"type":"response.completed"}\n\n'
+
+
+class EndingRun(FakeRun):
+    """A run whose last batch is its terminal event, and which has work left after it (usage, logs)."""
+
+    finished_up = False
+
+    async def batches(self) -> AsyncIterator[bytes]:
+        try:
+            yield FRAME
+            yield FRAME + COMPLETED
+            await asyncio.sleep(0.01)  # the run finishing up after its last event
+            self.finished_up = True
+        finally:
+            self.closed = True
+
+
+def test_the_terminal_event_goes_out_with_the_end_of_the_body_and_the_run_finishes_up() -> None:
+    run = EndingRun(0)
+    sent: list[dict[str, Any]] = []
+    complete = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            complete.set()
+
+    async def receive() -> dict[str, Any]:
+        await complete.wait()
+        return {"type": "http.disconnect"}  # what uvicorn answers once the response is complete
+
+    async def main() -> None:
+        await RunResponse(run, stream=True)({"type": "http", "method": "POST", "path": "/"}, receive, send)
+
+    asyncio.run(main())
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert bodies[-1]["body"].endswith(COMPLETED) and bodies[-1]["more_body"] is False
+    assert [m.get("more_body") for m in bodies].count(False) == 1  # no empty write for the end
+    # The "disconnect" that follows a complete response is not the client's: the run was not cut short.
+    assert run.finished_up and run.closed
+
+
+@pytest.mark.parametrize(
+    ("body", "ends"),
+    [
+        (FRAME + COMPLETED, True),
+        (COMPLETED, True),
+        (b"event: response.failed\ndata: {}\n\n", True),
+        (COMPLETED + FRAME, False),
+        (FRAME, False),
+        # A delta whose text names a terminal event: inside data: JSON the newline is escaped.
+        (b'event: response.output_text.delta\ndata: {"delta":"\\nevent: response.completed\\n"}\n\n', False),
+    ],
+)
+def test_the_end_of_a_response_is_told_by_its_last_frame(body: bytes, ends: bool) -> None:
+    assert ends_response(body) is ends

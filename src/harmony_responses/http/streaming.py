@@ -7,7 +7,8 @@ Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that t
 - ``http.disconnect`` is watched in a sibling task for the whole run, streamed or not, and cancels the
   generation: the engine stream is closed at once (pitfalls.md #49);
 - the body ends right after the terminal event (Codex acts on completion only when the stream ends),
-  and each write holds whole events only (a chunk's events share one write);
+  in the same write as it (a socket write is most of what a short stream costs), and each write holds
+  whole events only (a chunk's events share one write);
 - a response that fails without streaming is an HTTP 500 with the API's error body, as the API answers a
   generation that fails, not a 200 whose ``status`` is ``failed``: many clients read a 200 as success
   (llama-index and haystack showed empty text, Vercel's ``generateText`` "Invalid JSON response", the
@@ -35,7 +36,7 @@ from ..errors import APIError
 from ..metrics import STREAMS_IN_FLIGHT
 from ..run import ResponseRun, StoredRun
 from ..run.turns import Turns, end_start
-from ..sse import encode_event
+from ..sse import encode_event, ends_response
 from .errors import error_response, json_response
 from .first_tokens import DELTA_FRAME
 
@@ -102,6 +103,11 @@ class _Handoff:
         self._closed = True
         _wake(self._readable)
 
+    @property
+    def drained(self) -> bool:
+        """Closed, and every body taken: what the taker took last was the last."""
+        return self._closed and not self._bodies
+
     async def take(self) -> list[bytes] | None:
         """Every body waiting (at least one), or None once closed and drained."""
         while not self._bodies:
@@ -147,6 +153,7 @@ class RunResponse:
         self.stream = stream
         self.disconnected = False
         self._watcher_cancelled = False
+        self._ended = False  # the body's end is sent: the server reports the request over as a disconnect
 
     # asyncio's own tasks and cancellation here rather than anyio's task group and cancel scopes: this
     # runs once per request, and anyio's bookkeeping (a backend lookup per scope, scope and task handle
@@ -174,6 +181,8 @@ class RunResponse:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
+                if self._ended:
+                    return  # not the client: the response is complete, its producer finishing up
                 self.disconnected = True
                 if self.run.final is None:
                     logger.info("client disconnected: generation of %s cancelled", self.run.request_id)
@@ -217,12 +226,18 @@ class RunResponse:
             await _cancelled(producer)
             raise
         await producer  # the handoff is closed and drained: the producer has ended or is about to
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not self._ended:
+            self._ended = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _write_batches(self, handoff: _Handoff, send: Send) -> None:
-        """Send what the producer hands over, everything waiting at once, until it is done."""
+        """Send what the producer hands over, everything waiting at once, until it is done; the last of it
+        (the terminal event) with the end of the body."""
         while (bodies := await handoff.take()) is not None:
-            await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": True})
+            last = handoff.drained
+            if last:
+                self._ended = True
+            await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
 
     async def _produce(self, handoff: _Handoff) -> None:
         turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)
@@ -236,6 +251,11 @@ class RunResponse:
                     if not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
                         turns.waited()
+                    if ends_response(body):
+                        # The last: the writer sends it with the end of the body. Nothing is left to hand
+                        # on, so no hold either: what runs on is the run finishing up.
+                        handoff.close()
+                        continue
                     if not handed and DELTA_FRAME in body:  # the first one handed on: holdable (run/turns.py)
                         handed = True
                         turns.handed_first_delta()
