@@ -12,6 +12,7 @@ the GIL for milliseconds.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import Any
 
@@ -173,3 +174,74 @@ def test_requests_in_a_quiet_loop_start_at_once(n: int) -> None:
         return waits
 
     assert all(wait < turns.LANE_LIMIT for wait in asyncio.run(main()))
+
+
+def test_no_garbage_collection_runs_while_requests_wait_in_the_lane() -> None:
+    """A young collection in the middle of a burst stopped every start behind it for tens of milliseconds:
+    while requests wait in the lane the collector is off, and on again once the lane is clear."""
+
+    async def main() -> list[bool]:
+        seen: list[bool] = []
+
+        async def request() -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                seen.append(gc.isenabled())
+                await asyncio.sleep(0.001)
+                turns.leave_lane()
+
+        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(4))), timeout=5)
+        await asyncio.sleep(0)  # the lane's last reopening
+        seen.append(gc.isenabled())
+        return seen
+
+    assert gc.isenabled()
+    # The first goes straight in; the other three waited behind it; then the lane is clear.
+    assert asyncio.run(main()) == [True, False, False, True, True]
+
+
+def test_the_collector_runs_again_after_a_long_queue_and_when_waiting_requests_are_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(turns, "GC_DEFER_LIMIT", 0.02)
+
+    async def main() -> tuple[bool, bool, bool]:
+        async def request(work: float) -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                await asyncio.sleep(work)
+                turns.leave_lane()
+
+        first = asyncio.create_task(request(0.05))
+        await asyncio.sleep(0)
+        waiting = [asyncio.create_task(request(0.05)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        held = not gc.isenabled()
+        await asyncio.sleep(0.08)  # past GC_DEFER_LIMIT, requests still waiting: collecting again
+        limited = gc.isenabled()
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(first, *waiting, return_exceptions=True)
+        return held, limited, gc.isenabled()
+
+    assert asyncio.run(main()) == (True, True, True)
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_by_the_application_stays_disabled() -> None:
+    async def main() -> None:
+        async def request() -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                await asyncio.sleep(0.001)
+                turns.leave_lane()
+
+        await asyncio.gather(*(request() for _ in range(3)))
+        await asyncio.sleep(0)
+
+    gc.disable()
+    try:
+        asyncio.run(main())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

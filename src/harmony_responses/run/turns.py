@@ -41,7 +41,10 @@ left: the engines' answers to the starts already sent are read in between and th
 so first tokens come one start apart instead of all after the last start (the median of a burst of 64
 about halves; the last ones of a large burst come later, behind the first ones' streams). When the loop's
 other work between two lets-in is many starts' worth (``LANE_SHARE``: streams that are not held, a free
-spell of the overload rule), it lets in several at once.
+spell of the overload rule), it lets in several at once. While requests wait there, Python's cyclic
+garbage collector is held off (``GC_DEFER_LIMIT`` at most): a burst's new requests are tens of thousands of
+young objects, and one young collection in the middle of it took 30-40 ms, each start behind it waiting;
+it runs once the lane is clear instead.
 While requests wait there, every producer that has handed on its first delta is held, a paced one too (a
 loop turn spent on the tokens of streams already flowing is a turn between two starts), and a hold that
 runs out waits again while the queue lasts, up to the overload rule: as a bare proxy, which starts a
@@ -55,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import time
 import weakref
 from collections import deque
@@ -92,6 +96,9 @@ LANE_FIRST_COST = 0.0003
 _STARTING = QUEUE_DEPTH.labels("starting")
 _HELD = QUEUE_DEPTH.labels("held")
 _LANE_QUEUE = QUEUE_DEPTH.labels("start_lane")
+# The longest the garbage collector is held off while requests wait in a start lane (requests arriving
+# faster than they start for longer than this: reference cycles must still be collected).
+GC_DEFER_LIMIT = 0.5
 # How long holds may keep running out (requests arriving faster than they start) before the flowing
 # streams get START_LIMIT free of holds.
 OVERLOAD_SPAN = 4 * START_LIMIT
@@ -158,6 +165,38 @@ class Traffic:
                 self._clear.set_result(None)
 
 
+class _Collections:
+    """Python's cyclic garbage collector, held off while requests wait in any loop's start lane."""
+
+    def __init__(self) -> None:
+        self._queues = 0  # lanes with requests waiting
+        self._held_since: float | None = None  # when this disabled the collector (None: it did not)
+
+    def hold(self) -> None:
+        self._queues += 1
+        if self._queues == 1 and gc.isenabled():  # a collector disabled by someone else stays theirs
+            gc.disable()
+            self._held_since = time.monotonic()
+
+    def release(self) -> None:
+        self._queues -= 1
+        if not self._queues:
+            self._enable()
+
+    def check(self, now: float) -> None:
+        """Held for ``GC_DEFER_LIMIT``: collect again, though requests still wait."""
+        if self._held_since is not None and now - self._held_since >= GC_DEFER_LIMIT:
+            self._enable()
+
+    def _enable(self) -> None:
+        if self._held_since is not None:
+            self._held_since = None
+            gc.enable()
+
+
+_COLLECTIONS = _Collections()
+
+
 class _Lane:
     """One event loop's start lane (the module docstring)."""
 
@@ -184,6 +223,8 @@ class _Lane:
             self._inside = 1
             return
         waiter = self._loop.create_future()
+        if not self._queue:
+            _COLLECTIONS.hold()
         self._queue.append(waiter)
         _LANE_QUEUE.inc()
         try:
@@ -191,6 +232,9 @@ class _Lane:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.left(0.0)  # let in, then cancelled: its place goes on
+            elif self._queue and all(w.done() for w in self._queue):
+                self._queue.clear()  # every request still waiting was cancelled (a loop closing, say)
+                _COLLECTIONS.release()
             raise
         finally:
             _LANE_QUEUE.dec()
@@ -213,6 +257,7 @@ class _Lane:
         if self._inside:
             return
         now = time.monotonic()
+        _COLLECTIONS.check(now)
         most = 1
         if self._let_in_at is not None:
             # The loop's other work since the last ones were let in: when it is many starts' worth (streams
@@ -227,6 +272,8 @@ class _Lane:
                 waiter.set_result(None)  # its task runs at the next turn, after the loop has read what came in
                 self._inside += 1
                 most -= 1
+        if not queue:
+            _COLLECTIONS.release()
 
 
 class Start:
