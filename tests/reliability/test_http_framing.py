@@ -81,3 +81,64 @@ def test_a_trickled_body_gets_408(server: ServerProcess) -> None:
     # The server is still fine for everyone else.
     ok = httpx.post(f"{server.root}/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=30)
     assert ok.status_code == 200
+
+
+def _dechunk(body: bytes) -> bytes:
+    """A chunked body decoded; fails on anything that is not well-formed chunked encoding to its end."""
+    out = b""
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n", body[:50]
+            return out
+        out += body[:size]
+        assert body[size : size + 2] == b"\r\n"
+        body = body[size + 2 :]
+
+
+def test_a_streamed_answer_is_well_formed_http_from_its_head_to_its_end(server: ServerProcess) -> None:
+    """The head goes out with the first events and the last chunk with the end of the body (fewer writes):
+    what the client reads is still one well-formed response, every event in it, ending with completed."""
+    body = json.dumps({"model": MODEL, "input": "hi", "stream": True, "store": False}).encode()
+    request = (
+        f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    head, _, chunked = _raw(server.port, request, wait=30).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+    events = [line[7:] for line in _dechunk(chunked).split(b"\n") if line.startswith(b"event: ")]
+    assert events[:2] == [b"response.created", b"response.in_progress"] and events[-1] == b"response.completed"
+
+
+def test_heads_without_a_body_and_pipelined_requests_are_all_answered(server: ServerProcess) -> None:
+    """A HEAD answer has no body write to carry its head; two requests sent at once get two answers."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 3, answer[:500]
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.rstrip().endswith(b"}")  # the models list, last
+
+
+def test_expect_100_continue_is_answered_before_the_body(server: ServerProcess) -> None:
+    body = json.dumps({"model": MODEL, "input": "hi"}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nConnection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert json.loads(payload)["status"] == "completed"

@@ -7,6 +7,11 @@ API's error object, like every other answer. uvicorn bounds the idle time betwee
 time a client takes to send a request's head: 300 half-sent requests stayed open for good, before any
 authentication. A connection whose head is not complete within ``HEAD_TIMEOUT`` is closed. (The body's
 read time is bounded by the endpoint: ``responses.read_json_body``.)
+
+uvicorn writes a response's status line and headers the moment the app starts the response, and its body
+in a write of its own: two socket sends where one would do, and on loopback a send is as costly as the rest
+of a short response's handling. Each request's head is held until the response's first body write and sent
+with it (``_HeadWithBody``).
 """
 
 from __future__ import annotations
@@ -59,6 +64,16 @@ class ApiHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._cancel_head_timer()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # None: an upgrade (WebSocket)
+            transport = cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
+            completed = cycle.on_response
+
+            def on_response() -> None:  # a response without a body write (HEAD): its head, then the rest
+                transport.flush()
+                completed()
+
+            cycle.on_response = on_response
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
@@ -91,6 +106,48 @@ class ApiHttpProtocol(HttpToolsProtocol):
         )
         self.transport.write(b"".join(head) + body)
         self.transport.close()
+
+
+class _HeadWithBody:
+    """The transport as one request's response writes to it: its head goes out with its first body write.
+
+    The head is the response's first write that starts a status line (``100 Continue`` is not one: it is
+    sent at once, before the response). Whatever ends the response first (a body write, a close) sends it.
+    """
+
+    __slots__ = ("_head", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._head: bytes | None = None
+        self._held = False  # the head has been seen: nothing else is held
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif not self._held and data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100 "):
+            self._held = True
+            self._head = data
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Send the head if it is still held."""
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def api_http_protocol(head_timeout: float = HEAD_TIMEOUT) -> type[ApiHttpProtocol]:
