@@ -19,7 +19,8 @@ machine's cores: the fakes and the client take their part, so absolute figures a
 ratios the comparison. Each figure is over ``REPEATS`` bursts in a row.
 
 ``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy), ``SCALE_STREAMS=64,256`` the
-burst sizes: for quicker comparisons of one change.
+burst sizes, ``SCALE_PACES=0,10`` the fakes' paces (ms per token, 0: flat out): for quicker comparisons of
+one change.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def main() -> None:
         (work / "direct.json").write_text(json.dumps(direct_body()))
         (work / "ours.json").write_text(json.dumps({"model": MODEL, "input": INPUT, "stream": True, "store": False}))
         for pace_ms, n_text in ((0, 400), (10, 100)):
+            if str(pace_ms) not in os.environ.get("SCALE_PACES", "0,10").split(","):
+                continue
             (work / "tokens.json").write_text(json.dumps(completion(n_text)))
             fake_a, fake_b = free_port(), free_port()
             procs: dict[str, subprocess.Popen[bytes]] = {}
