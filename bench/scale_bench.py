@@ -16,7 +16,7 @@ the bare proxy's in the same run (target: within 1.25× at 64 and 256 streams, f
 
 Two runs: the fakes streaming as fast as they can, and paced at 10 ms per token. Everything shares this
 machine's cores: the fakes and the client take their part, so absolute figures are this machine's, the
-ratios the comparison. Each figure is over ``REPEATS`` bursts in a row.
+ratios the comparison. Each figure is over ``REPEATS`` bursts, the readers taking turns burst by burst.
 
 ``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy), ``SCALE_STREAMS=64,256`` the
 burst sizes, ``SCALE_PACES=0,10`` the fakes' paces (ms per token, 0: flat out): for quicker comparisons of
@@ -36,7 +36,7 @@ from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, p
 
 MODEL = "gpt-oss-20b"
 STREAMS = tuple(int(s) for s in os.environ.get("SCALE_STREAMS", "64,256").split(","))
-REPEATS = 3
+REPEATS = 5
 # Our readers: their engine arguments, given the two fakes' specs.
 OURS = {
     "ours, 1 process": lambda a, b: ["--engine", a],
@@ -67,7 +67,8 @@ def ours(port: int, engine_args: list[str]) -> list[str]:
 
 
 def burst(mode: str, url: str, streams: int, body: Path) -> list[list[float]]:
-    argv = [sys.executable, str(HERE / "_latency_client.py"), mode, url, str(streams), str(REPEATS), str(body)]
+    """One burst of ``streams`` requests at once: each stream's text-token arrival times."""
+    argv = [sys.executable, str(HERE / "_latency_client.py"), mode, url, str(streams), "1", str(body)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900)
     return json.loads(out.stdout)
 
@@ -118,21 +119,28 @@ def main() -> None:
                 )
                 for streams in STREAMS:
                     floor = None
-                    for name, (mode, path, _) in readers.items():
-                        body = work / ("direct.json" if mode == "direct" else "ours.json")
-                        url = f"http://127.0.0.1:{ports[name]}{path}"
-                        cpu = tree_cpu(procs[name].pid)
-                        runs = burst(mode, url, streams, body)
-                        used = tree_cpu(procs[name].pid) - cpu
-                        tokens = sum(map(len, runs))
+                    runs: dict[str, list[list[float]]] = {name: [] for name in readers}
+                    used: dict[str, float] = dict.fromkeys(readers, 0.0)
+                    # The readers take turns, one burst each, so that the machine's drift over the run (this
+                    # 2-core machine's first-token figures move by ±20 % from one minute to the next) falls on
+                    # all of them alike rather than on whichever ran its bursts in a slow spell.
+                    for _ in range(REPEATS):
+                        for name, (mode, path, _cmd) in readers.items():
+                            body = work / ("direct.json" if mode == "direct" else "ours.json")
+                            url = f"http://127.0.0.1:{ports[name]}{path}"
+                            cpu = tree_cpu(procs[name].pid)
+                            runs[name] += burst(mode, url, streams, body)
+                            used[name] += tree_cpu(procs[name].pid) - cpu
+                    for name in readers:
+                        tokens = sum(map(len, runs[name]))
                         # Each burst's wall time is its slowest stream's last token (all are sent at once).
-                        bursts = [runs[i : i + streams] for i in range(0, len(runs), streams)]
+                        bursts = [runs[name][i : i + streams] for i in range(0, len(runs[name]), streams)]
                         wall = sum(max(r[-1] for r in b if r) for b in bursts)
-                        first = [r[0] for r in runs if r]
+                        first = [r[0] for r in runs[name] if r]
                         p50, p99 = pct(first, 0.5), pct(first, 0.99)
                         floor = floor or p50
                         print(
-                            f"  {streams:>7}  {name:<18} {tokens / wall:>9,.0f} {used / tokens * 1e6:>12.1f} "
+                            f"  {streams:>7}  {name:<18} {tokens / wall:>9,.0f} {used[name] / tokens * 1e6:>12.1f} "
                             f"{p50:>12.1f} {p99:>8.1f} {p50 / floor:>10.2f}"
                         )
             finally:
