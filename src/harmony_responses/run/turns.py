@@ -155,7 +155,11 @@ class Traffic:
                 self._overloaded_since = None
             if now < self._free_until or not self.lane.queued:
                 return
-            await asyncio.wait((clear,), timeout=START_LIMIT)
+            # Requests still wait in the lane: wake when none is starting, when the last of them is let in, or
+            # when the overload rule frees the flowing streams, and not every START_LIMIT meanwhile (a few
+            # hundred held streams woke thousands of times during a burst of 256, for nothing).
+            free_in = self._overloaded_since + OVERLOAD_SPAN - now
+            await asyncio.wait((clear, self.lane.drained()), timeout=max(free_in, 0.001))
 
     def _started(self) -> None:
         self.starting -= 1
@@ -200,7 +204,7 @@ _COLLECTIONS = _Collections()
 class _Lane:
     """One event loop's start lane (the module docstring)."""
 
-    __slots__ = ("_cost", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
+    __slots__ = ("_cost", "_drained", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -212,11 +216,25 @@ class _Lane:
         self._let_in_at: float | None = None  # when the last ones were let in, while requests queue
         self._work = 0.0  # the start work measured since then
         self._cost = LANE_FIRST_COST  # one start's work, a moving average
+        self._drained: asyncio.Future[None] | None = None  # done when the queue is next empty
 
     @property
     def queued(self) -> bool:
         """Whether requests are waiting to start."""
         return bool(self._queue)
+
+    def drained(self) -> asyncio.Future[None]:
+        """A future done once no request waits any more (at once if none does)."""
+        if self._drained is None or self._drained.done():
+            self._drained = self._loop.create_future()
+            if not self._queue:
+                self._drained.set_result(None)
+        return self._drained
+
+    def _emptied(self) -> None:
+        _COLLECTIONS.release()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
     async def enter(self) -> None:
         if not self._inside and not self._queue and not self._reopening:
@@ -234,7 +252,7 @@ class _Lane:
                 self.left(0.0)  # let in, then cancelled: its place goes on
             elif self._queue and all(w.done() for w in self._queue):
                 self._queue.clear()  # every request still waiting was cancelled (a loop closing, say)
-                _COLLECTIONS.release()
+                self._emptied()
             raise
         finally:
             _LANE_QUEUE.dec()
@@ -273,7 +291,7 @@ class _Lane:
                 self._inside += 1
                 most -= 1
         if not queue:
-            _COLLECTIONS.release()
+            self._emptied()
 
 
 class Start:
