@@ -197,3 +197,52 @@ def test_the_terminal_event_goes_out_with_the_end_of_the_body_and_the_run_finish
 )
 def test_the_end_of_a_response_is_told_by_its_last_frame(body: bytes, ends: bool) -> None:
     assert ends_response(body) is ends
+
+
+class PacedRun(FakeRun):
+    """A run whose batches come a few milliseconds apart, as a paced engine's tokens do."""
+
+    async def batches(self) -> AsyncIterator[bytes]:
+        try:
+            for i in range(self.batches_left):
+                await asyncio.sleep(0.002)
+                self.produced += 1
+                yield b'event: response.output_text.delta\ndata: {"n":%d}\n\n' % i
+            await asyncio.sleep(0.002)
+            yield COMPLETED
+        finally:
+            self.closed = True
+
+
+def test_a_paced_stream_arrives_whole_and_in_order_one_write_per_batch() -> None:
+    """Batches that come after a wait are written as they come (by the producer, past the idle writer):
+    every event once, in order, the last with the end of the body."""
+    run = PacedRun(30)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(RunResponse(run, stream=True)({"type": "http", "method": "POST", "path": "/"}, _receive, send))
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    expected = b"".join(b'event: response.output_text.delta\ndata: {"n":%d}\n\n' % i for i in range(30))
+    assert b"".join(m["body"] for m in bodies) == expected + COMPLETED
+    assert [m.get("more_body") for m in bodies].count(False) == 1 and bodies[-1]["more_body"] is False
+    assert len(bodies) >= 25  # written as they came, not held back to be coalesced
+
+
+def test_a_client_gone_mid_write_of_a_paced_stream_ends_quietly_and_stops_the_run() -> None:
+    run = PacedRun(1000)
+    writes = 0
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal writes
+        if message["type"] == "http.response.body":
+            writes += 1
+            if writes == 5:
+                raise OSError("connection reset by peer")
+
+    response = RunResponse(run, stream=True)
+    asyncio.run(response({"type": "http", "method": "POST", "path": "/"}, _receive, send))  # must not raise
+    assert response.disconnected and run.closed
+    assert run.produced < 20  # generation stopped at the failed write

@@ -75,6 +75,7 @@ class _Handoff:
         self._max_bodies = bodies
         self._max_size = size
         self._closed = False
+        self._failed: BaseException | None = None  # raised to the taker (a direct write that failed)
         self._readable: asyncio.Future[None] | None = None  # the taker, waiting for a body
         self._writable: asyncio.Future[None] | None = None  # the putter, waiting for room
 
@@ -108,9 +109,21 @@ class _Handoff:
         """Closed, and every body taken: what the taker took last was the last."""
         return self._closed and not self._bodies
 
+    @property
+    def taker_waiting(self) -> bool:
+        """The taker waits for a body and none is queued: a body sent past it now keeps the order."""
+        return not self._bodies and self._readable is not None and not self._readable.done()
+
+    def fail(self, exc: BaseException) -> None:
+        """Close, and have the taker raise ``exc`` once it has taken what is queued."""
+        self._failed = exc
+        self.close()
+
     async def take(self) -> list[bytes] | None:
         """Every body waiting (at least one), or None once closed and drained."""
         while not self._bodies:
+            if self._failed is not None:
+                raise self._failed
             if self._closed:
                 return None
             self._readable = asyncio.get_running_loop().create_future()
@@ -215,7 +228,7 @@ class RunResponse:
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine.
         handoff = _Handoff(BUFFERED_BATCHES, BUFFERED_BYTES)
-        producer = asyncio.create_task(self._produce(handoff))
+        producer = asyncio.create_task(self._produce(handoff, send))
         try:
             await self._write_batches(handoff, send)
         except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)
@@ -239,18 +252,27 @@ class RunResponse:
                 self._ended = True
             await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
 
-    async def _produce(self, handoff: _Handoff) -> None:
+    async def _produce(self, handoff: _Handoff, send: Send) -> None:
         turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
                 handed = False
+                first = True
                 async for batch in batches:
                     turns.arrived()
                     # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
                     body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
-                    if not handoff.put_nowait(body):  # no event-loop turn while there is room
+                    if turns.fresh and not first and handoff.taker_waiting:
+                        # It came after a wait for the engine (a paced engine's every token) and the writer
+                        # has nothing to send: written here, a task switch and a loop turn sooner than through
+                        # the writer, which is most of what a one-token batch costs. Batches right behind
+                        # one another go through the writer, which sends them together.
+                        if not await self._write_directly(handoff, send, body):
+                            return
+                    elif not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
                         turns.waited()
+                    first = False
                     if ends_response(body):
                         # The last: the writer sends it with the end of the body. Nothing is left to hand
                         # on, so no hold either: what runs on is the run finishing up.
@@ -265,6 +287,19 @@ class RunResponse:
             logger.exception("response stream failed after it started")
         finally:
             handoff.close()
+
+    async def _write_directly(self, handoff: _Handoff, send: Send, body: bytes) -> bool:
+        """Send ``body`` from the producer, the last one with the end of the body; False if the client is gone
+        (the writer is told, and ends the response as for its own failed write)."""
+        last = ends_response(body)
+        if last:
+            self._ended = True
+        try:
+            await send({"type": "http.response.body", "body": body, "more_body": not last})
+        except OSError as exc:
+            handoff.fail(exc)
+            return False
+        return True
 
     async def _send_json(self, scope: Scope, receive: Receive, send: Send) -> None:
         end_start()  # nothing is sent before the end: no first token to hurry

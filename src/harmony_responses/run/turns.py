@@ -406,6 +406,11 @@ class Turns:
         if self._fresh:
             self._since = now
 
+    @property
+    def fresh(self) -> bool:
+        """The batch being handled came after a wait for the engine (none right behind it, most likely)."""
+        return self._fresh
+
     def waited(self) -> None:
         """The producer has just waited for something else (its reader, the store): the loop had its turns."""
         self._since = self._ended = self._clock()
