@@ -226,7 +226,8 @@ class RunResponse:
         # one) gets each chunk written as soon as it arrives; when chunks come faster than the socket write
         # path (a fast engine, or many streams sharing the CPU), they share writes instead of paying uvicorn's
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
-        # keeps a slow reader's backlog small and passes the backpressure on to the engine.
+        # keeps a slow reader's backlog small and passes the backpressure on to the engine. A batch that came
+        # after a wait for the engine, while the writer has nothing to send, the producer writes itself.
         handoff = _Handoff(BUFFERED_BATCHES, BUFFERED_BYTES)
         producer = asyncio.create_task(self._produce(handoff, send))
         try:
@@ -262,20 +263,20 @@ class RunResponse:
                     turns.arrived()
                     # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
                     body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
+                    last = ends_response(body)  # sent with the end of the body, by whichever writes it
                     if turns.fresh and not first and handoff.taker_waiting:
                         # It came after a wait for the engine (a paced engine's every token) and the writer
                         # has nothing to send: written here, a task switch and a loop turn sooner than through
                         # the writer, which is most of what a one-token batch costs. Batches right behind
                         # one another go through the writer, which sends them together.
-                        if not await self._write_directly(handoff, send, body):
+                        if not await self._write_directly(handoff, send, body, last):
                             return
                     elif not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
                         turns.waited()
                     first = False
-                    if ends_response(body):
-                        # The last: the writer sends it with the end of the body. Nothing is left to hand
-                        # on, so no hold either: what runs on is the run finishing up.
+                    if last:
+                        # Nothing is left to hand on, so no hold either: what runs on is the run finishing up.
                         handoff.close()
                         continue
                     if not handed and DELTA_FRAME in body:  # the first one handed on: holdable (run/turns.py)
@@ -288,10 +289,9 @@ class RunResponse:
         finally:
             handoff.close()
 
-    async def _write_directly(self, handoff: _Handoff, send: Send, body: bytes) -> bool:
-        """Send ``body`` from the producer, the last one with the end of the body; False if the client is gone
-        (the writer is told, and ends the response as for its own failed write)."""
-        last = ends_response(body)
+    async def _write_directly(self, handoff: _Handoff, send: Send, body: bytes, last: bool) -> bool:
+        """Send ``body`` from the producer, with the end of the body if it is the ``last``; False if the client
+        is gone (the writer is told, and ends the response as for its own failed write)."""
         if last:
             self._ended = True
         try:
