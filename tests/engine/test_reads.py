@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -170,3 +171,84 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(monk
     got, unread = asyncio.run(main())
     assert unread >= len(rest) // 2  # the engine's bytes waited in the kernel, not in our buffers
     assert got == HELLO[:2] + HELLO[2:-1] * 200 + [HELLO[-1]]  # nothing lost
+
+
+def test_a_held_consumer_does_not_pause_a_connection_its_finished_stream_gave_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer whose engine stream is over (its connection back in the pool) may still be held, running a
+    tool say: the next request's stream, on the same connection now, goes on being read meanwhile."""
+    for limit in ("START_LIMIT", "LANE_LIMIT", "OVERLOAD_SPAN"):
+        monkeypatch.setattr(turns, limit, 10.0)
+    whole = line(HELLO[:-1]) + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
+
+    async def main() -> tuple[list[Any], list[int]]:
+        peers: list[Any] = []
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            for piece in (whole[:40], whole[40:90], whole[90:]):
+                await response.write(piece)
+                await asyncio.sleep(0.01)  # each piece its own read
+            return response
+
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        engine = VLLMEngine(EngineOptions(url=f"http://127.0.0.1:{port}", model="m"))
+        request = GenerateRequest(prompt_ids=PROMPT, max_tokens=50)
+        finished, release = asyncio.Event(), asyncio.Event()
+
+        async def first_consumer() -> None:
+            flow = Turns()
+            async for _ in engine.generate(request):
+                flow.arrived()
+                await flow.done()
+            finished.set()
+            await release.wait()  # the run goes on without its engine (a tool call), then hands on a batch
+            flow.arrived()
+            await flow.done()  # held: a request waits in the lane
+
+        async def starting(started: asyncio.Event, done: asyncio.Event) -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                started.set()
+                await done.wait()
+                turns.leave_lane()
+
+        try:
+            first = asyncio.create_task(first_consumer())
+            await finished.wait()
+            inside, inside_done, waiting_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+            holder = asyncio.create_task(starting(inside, inside_done))
+            await inside.wait()
+            waiter = asyncio.create_task(starting(waiting_in, asyncio.Event()))
+            await asyncio.sleep(0)  # the lane has a queue: the first consumer's next batch is held
+            second = asyncio.create_task(_collect(engine.generate(request)))
+            await asyncio.sleep(0.005)  # the second stream is under way on the pooled connection
+            release.set()
+            ids = await asyncio.wait_for(second, 5)  # read to its end while the first consumer is held
+            assert not first.done()
+            inside_done.set()
+            await waiting_in.wait()
+            waiter.cancel()
+            await asyncio.wait_for(first, 5)
+            await holder
+            return peers, ids
+        finally:
+            await engine.aclose()
+            await runner.cleanup()
+
+    peers, ids = asyncio.run(main())
+    assert len(peers) == 2 and peers[0] == peers[1]  # one connection, given back and taken again
+    assert ids == HELLO
+
+
+async def _collect(stream: AsyncIterator[TokenChunk | EngineEnd]) -> list[int]:
+    return [t for item in [item async for item in stream] if isinstance(item, TokenChunk) for t in item.token_ids]

@@ -39,6 +39,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import re
@@ -187,6 +188,12 @@ def token_ids(value: object, what: str) -> list[int]:
     if not isinstance(value, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in value):
         raise EngineProtocolError(f"{what} is not a list of token ids: {_excerpt(value)}")
     return value
+
+
+def _transport_of(response: aiohttp.ClientResponse) -> asyncio.Transport | None:
+    """The transport ``response`` is read from; None once it is released (its connection may serve another)."""
+    connection = response.connection
+    return connection.transport if connection is not None else None  # type: ignore[return-value]
 
 
 def _excerpt(value: object) -> str:
@@ -677,7 +684,7 @@ class HTTPEngine(Engine):
                         # token, and under load one read holds many lines, whose tokens then go on as one
                         # chunk (the translator is chunking-invariant).
                         read = response.content.readany
-                        transport = response.connection.transport if response.connection else None
+                        transport = functools.partial(_transport_of, response)
                         tail = b""
                         done = False
                         while True:

@@ -8,15 +8,20 @@ instead of 1). Paused, the engine's bytes wait in the kernel's socket buffer and
 hold ends; nothing is lost, and an engine writing faster than that is slowed by TCP as by a slow reader.
 
 The consumer (``run.turns.Turns``) makes a ``Reading`` current in its task; an engine that reads a socket
-names its transport there at every chunk it yields (``attach``), in the task reading it.
+names, at every chunk it yields (``attach``, in the task reading it), how to find the transport its stream
+is read from *now*: none once the stream is over and its connection back in the pool, where another
+request's stream may be reading it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 
 __all__ = ["Reading", "attach", "reading_here"]
+
+Transport = Callable[[], asyncio.Transport | None]
 
 
 class Reading:
@@ -25,12 +30,12 @@ class Reading:
     __slots__ = ("_paused", "transport")
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: Transport | None = None  # the stream's transport, or None once it is over
         self._paused: asyncio.Transport | None = None
 
     def pause(self) -> None:
         """Stop reading the transport, unless something else (the client's own flow control) already has."""
-        transport = self.transport
+        transport = self.transport() if self.transport is not None else None
         if transport is not None and not transport.is_closing() and transport.is_reading():
             transport.pause_reading()
             self._paused = transport
@@ -52,8 +57,9 @@ def reading_here() -> Reading:
     return reading
 
 
-def attach(transport: asyncio.Transport | None) -> None:
-    """The engine stream being read in this task reads ``transport``: its consumer's holds pause it."""
+def attach(transport: Transport) -> None:
+    """The engine stream being read in this task reads what ``transport()`` returns (None once the stream is
+    over): its consumer's holds pause it."""
     reading = _current.get()
     if reading is not None:
         reading.transport = transport

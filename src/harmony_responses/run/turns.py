@@ -22,9 +22,9 @@ notices most, while the streams already flowing pause for a few milliseconds; th
 buffers, nothing is lost. Without this, 64 streams each keeping the loop for 2 ms made every step of a new
 request wait up to 128 ms, and its first token 200 ms (engine bench, flat out). A held producer's engine
 connection is not read meanwhile (engine/_reading.py): read, a few hundred held streams flowing flat out
-took most of each loop turn between two starts. A producer whose batch came
-after a wait for its engine (a paced engine) is held only while requests wait in the start lane: otherwise
-it costs the loop little, and holding it would only delay its tokens. ``START_LIMIT`` bounds what a slow
+took most of each loop turn between two starts. A producer whose batch came after a wait for its engine (a
+paced engine) is held only while requests wait in the start lane: otherwise it costs the loop little, and
+holding it would only delay its tokens. ``START_LIMIT`` bounds what a slow
 start (a long prefill on the engine) can cost the others, and under lasting overload (requests arriving
 faster than they start) flowing streams still get a fifth of the loop (``Traffic.hold``). A starting
 request's own producer yields after every batch that came right behind another, so that its writer sends
@@ -43,7 +43,7 @@ about halves; the last ones of a large burst come later, behind the first ones' 
 other work between two lets-in is many starts' worth (``LANE_SHARE``: streams that are not held, a free
 spell of the overload rule), it lets in several at once. While requests wait there, Python's cyclic
 garbage collector is held off (``GC_DEFER_LIMIT`` at most): a burst's new requests are tens of thousands of
-young objects, and one young collection in the middle of it took 30-40 ms, each start behind it waiting;
+young objects, and one young collection in the middle of it took 30-50 ms, each start behind it waiting;
 it runs once the lane is clear instead.
 While requests wait there, every producer that has handed on its first delta is held, a paced one too (a
 loop turn spent on the tokens of streams already flowing is a turn between two starts), and a hold that
