@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -64,22 +64,34 @@ def test_fast_batches_share_writes_and_every_event_arrives_whole() -> None:
     assert len(bodies) < 500  # queued batches were coalesced instead of one write each
 
 
-def test_a_client_gone_mid_write_ends_quietly_and_stops_the_run() -> None:
-    run = FakeRun(100_000)
+@pytest.mark.parametrize(
+    ("make_run", "failing_write", "most_produced"),
+    [
+        # Batches back to back: the writer's write fails.
+        (lambda: FakeRun(100_000), 2, 100_000 - 1),
+        # Batches after waits: the producer's own write fails (the writer is told).
+        (lambda: PacedRun(1000), 5, 19),
+    ],
+    ids=["flat out", "paced"],
+)
+def test_a_client_gone_mid_write_ends_quietly_and_stops_the_run(
+    make_run: Callable[[], FakeRun], failing_write: int, most_produced: int
+) -> None:
+    run = make_run()
     writes = 0
 
     async def send(message: dict[str, Any]) -> None:
         nonlocal writes
         if message["type"] == "http.response.body":
             writes += 1
-            if writes == 2:
+            if writes == failing_write:
                 raise OSError("connection reset by peer")
 
     response = RunResponse(run, stream=True)
     anyio.run(response, {"type": "http", "method": "POST", "path": "/"}, _receive, send)  # must not raise
     assert response.disconnected
     assert run.closed
-    assert run.produced < 100_000  # generation stopped instead of running to the end
+    assert run.produced <= most_produced  # generation stopped instead of running to the end
 
 
 class SlowRun(FakeRun):
@@ -229,20 +241,3 @@ def test_a_paced_stream_arrives_whole_and_in_order_one_write_per_batch() -> None
     assert b"".join(m["body"] for m in bodies) == expected + COMPLETED
     assert [m.get("more_body") for m in bodies].count(False) == 1 and bodies[-1]["more_body"] is False
     assert len(bodies) >= 25  # written as they came, not held back to be coalesced
-
-
-def test_a_client_gone_mid_write_of_a_paced_stream_ends_quietly_and_stops_the_run() -> None:
-    run = PacedRun(1000)
-    writes = 0
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal writes
-        if message["type"] == "http.response.body":
-            writes += 1
-            if writes == 5:
-                raise OSError("connection reset by peer")
-
-    response = RunResponse(run, stream=True)
-    asyncio.run(response({"type": "http", "method": "POST", "path": "/"}, _receive, send))  # must not raise
-    assert response.disconnected and run.closed
-    assert run.produced < 20  # generation stopped at the failed write

@@ -7,7 +7,8 @@ so that what the adapter gets in one read is the test's choice, not the schedule
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,12 @@ def line(ids: list[int], finish: str | None = None) -> bytes:
     return b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n"
 
 
-async def run(pieces: list[bytes]) -> list[TokenChunk | EngineEnd]:
-    async def completions(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        for piece in pieces:
-            await response.write(piece)
-            await asyncio.sleep(0.01)  # each piece its own read
-        return response
-
+@contextlib.asynccontextmanager
+async def _vllm_server(
+    completions: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[tuple[VLLMEngine, int]]:
+    """A tiny aiohttp server answering ``/v1/completions`` with ``completions``, and the vLLM adapter on it
+    (and the server's port)."""
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     runner = web.AppRunner(app)
@@ -48,13 +46,26 @@ async def run(pieces: list[bytes]) -> list[TokenChunk | EngineEnd]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     engine = VLLMEngine(EngineOptions(url=f"http://127.0.0.1:{port}", model="m"))
     try:
+        yield engine, port
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
+
+
+async def run(pieces: list[bytes]) -> list[TokenChunk | EngineEnd]:
+    async def completions(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0.01)  # each piece its own read
+        return response
+
+    async with _vllm_server(completions) as (engine, _):
         stream: AsyncIterator[TokenChunk | EngineEnd] = engine.generate(
             GenerateRequest(prompt_ids=PROMPT, max_tokens=50)
         )
         return [item async for item in stream]
-    finally:
-        await engine.aclose()
-        await runner.cleanup()
 
 
 def test_lines_read_together_arrive_as_one_chunk_in_order() -> None:
@@ -87,6 +98,22 @@ def test_tokens_before_an_error_object_in_the_same_read_are_kept() -> None:
     assert isinstance(end, EngineEnd) and end.reason == "error" and "CUDA error" in (end.message or "")
 
 
+@pytest.fixture
+def long_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The starts last as long as the test says, however slow the machine: no time limit ends them first."""
+    for limit in ("START_LIMIT", "LANE_LIMIT", "OVERLOAD_SPAN"):
+        monkeypatch.setattr(turns, limit, 10.0)
+
+
+async def _starting(started: asyncio.Event, done: asyncio.Event) -> None:
+    """A request in the start lane: ``started`` once let in, its start work lasting until ``done``."""
+    with turns.starting():
+        await turns.enter_lane()
+        started.set()
+        await done.wait()
+        turns.leave_lane()
+
+
 def _unread(server_port: int) -> int:
     """Bytes the kernel holds unread on our connection to 127.0.0.1:``server_port`` (Linux /proc/net/tcp)."""
     remote = f"0100007F:{server_port:04X}"
@@ -98,12 +125,9 @@ def _unread(server_port: int) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
-def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long_starts: None) -> None:
     """While a request waits in the start lane, a flowing stream is held (run/turns.py) and its engine
     connection is not read: the engine's bytes wait in the kernel. When the starts are done, all of it comes."""
-    # The starts last as long as the test says, however slow the machine: no time limit ends them first.
-    for limit in ("START_LIMIT", "LANE_LIMIT", "OVERLOAD_SPAN"):
-        monkeypatch.setattr(turns, limit, 10.0)
     rest = line(HELLO[2:-1]) * 200 + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
 
     async def main() -> tuple[list[int], int]:
@@ -118,38 +142,24 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(monk
             written.set()
             return response
 
-        app = web.Application()
-        app.router.add_post("/v1/completions", completions)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        engine = VLLMEngine(EngineOptions(url=f"http://127.0.0.1:{port}", model="m"))
         got: list[int] = []
         held = asyncio.Event()
 
-        async def consume() -> None:
-            flow = Turns()
-            async for item in engine.generate(GenerateRequest(prompt_ids=PROMPT, max_tokens=500)):
-                if isinstance(item, TokenChunk):
-                    got.extend(item.token_ids)
-                flow.arrived()
-                held.set()
-                await flow.done()
+        async with _vllm_server(completions) as (engine, port):
 
-        async def request(started: asyncio.Event, done: asyncio.Event) -> None:
-            with turns.starting():
-                await turns.enter_lane()
-                started.set()
-                await done.wait()  # its start work, as long as the test needs
-                turns.leave_lane()
+            async def consume() -> None:
+                flow = Turns()
+                async for item in engine.generate(GenerateRequest(prompt_ids=PROMPT, max_tokens=500)):
+                    if isinstance(item, TokenChunk):
+                        got.extend(item.token_ids)
+                    flow.arrived()
+                    held.set()
+                    await flow.done()
 
-        try:
             first_in, first_done, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
-            first = asyncio.create_task(request(first_in, first_done))
+            first = asyncio.create_task(_starting(first_in, first_done))
             await first_in.wait()
-            second = asyncio.create_task(request(second_in, asyncio.Event()))
+            second = asyncio.create_task(_starting(second_in, asyncio.Event()))
             await asyncio.sleep(0)  # the second waits in the lane: flowing streams are held
             consumer = asyncio.create_task(consume())
             await held.wait()
@@ -164,22 +174,15 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(monk
             await asyncio.wait_for(consumer, 5)
             await first
             return got, unread
-        finally:
-            await engine.aclose()
-            await runner.cleanup()
 
     got, unread = asyncio.run(main())
     assert unread >= len(rest) // 2  # the engine's bytes waited in the kernel, not in our buffers
     assert got == HELLO[:2] + HELLO[2:-1] * 200 + [HELLO[-1]]  # nothing lost
 
 
-def test_a_held_consumer_does_not_pause_a_connection_its_finished_stream_gave_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_held_consumer_does_not_pause_a_connection_its_finished_stream_gave_back(long_starts: None) -> None:
     """A consumer whose engine stream is over (its connection back in the pool) may still be held, running a
     tool say: the next request's stream, on the same connection now, goes on being read meanwhile."""
-    for limit in ("START_LIMIT", "LANE_LIMIT", "OVERLOAD_SPAN"):
-        monkeypatch.setattr(turns, limit, 10.0)
     whole = line(HELLO[:-1]) + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
 
     async def main() -> tuple[list[Any], list[int]]:
@@ -194,41 +197,27 @@ def test_a_held_consumer_does_not_pause_a_connection_its_finished_stream_gave_ba
                 await asyncio.sleep(0.01)  # each piece its own read
             return response
 
-        app = web.Application()
-        app.router.add_post("/v1/completions", completions)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        engine = VLLMEngine(EngineOptions(url=f"http://127.0.0.1:{port}", model="m"))
         request = GenerateRequest(prompt_ids=PROMPT, max_tokens=50)
         finished, release = asyncio.Event(), asyncio.Event()
 
-        async def first_consumer() -> None:
-            flow = Turns()
-            async for _ in engine.generate(request):
+        async with _vllm_server(completions) as (engine, _):
+
+            async def first_consumer() -> None:
+                flow = Turns()
+                async for _ in engine.generate(request):
+                    flow.arrived()
+                    await flow.done()
+                finished.set()
+                await release.wait()  # the run goes on without its engine (a tool call), then hands on a batch
                 flow.arrived()
-                await flow.done()
-            finished.set()
-            await release.wait()  # the run goes on without its engine (a tool call), then hands on a batch
-            flow.arrived()
-            await flow.done()  # held: a request waits in the lane
+                await flow.done()  # held: a request waits in the lane
 
-        async def starting(started: asyncio.Event, done: asyncio.Event) -> None:
-            with turns.starting():
-                await turns.enter_lane()
-                started.set()
-                await done.wait()
-                turns.leave_lane()
-
-        try:
             first = asyncio.create_task(first_consumer())
             await finished.wait()
             inside, inside_done, waiting_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
-            holder = asyncio.create_task(starting(inside, inside_done))
+            holder = asyncio.create_task(_starting(inside, inside_done))
             await inside.wait()
-            waiter = asyncio.create_task(starting(waiting_in, asyncio.Event()))
+            waiter = asyncio.create_task(_starting(waiting_in, asyncio.Event()))
             await asyncio.sleep(0)  # the lane has a queue: the first consumer's next batch is held
             second = asyncio.create_task(_collect(engine.generate(request)))
             await asyncio.sleep(0.005)  # the second stream is under way on the pooled connection
@@ -241,9 +230,6 @@ def test_a_held_consumer_does_not_pause_a_connection_its_finished_stream_gave_ba
             await asyncio.wait_for(first, 5)
             await holder
             return peers, ids
-        finally:
-            await engine.aclose()
-            await runner.cleanup()
 
     peers, ids = asyncio.run(main())
     assert len(peers) == 2 and peers[0] == peers[1]  # one connection, given back and taken again
