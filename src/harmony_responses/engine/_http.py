@@ -684,7 +684,7 @@ class HTTPEngine(Engine):
                         # token, and under load one read holds many lines, whose tokens then go on as one
                         # chunk (the translator is chunking-invariant).
                         read = response.content.readany
-                        transport = functools.partial(_transport_of, response)
+                        transport_of = functools.partial(_transport_of, response)
                         tail = b""
                         done = False
                         while True:
@@ -740,7 +740,7 @@ class HTTPEngine(Engine):
                                 if not yielded:
                                     watchdog.got_first()
                                     yielded = True
-                                attach(transport)  # while its consumer is held, not read (engine/_reading.py)
+                                attach(transport_of)  # while its consumer is held, not read (engine/_reading.py)
                                 for chunk in merge_chunks(chunks):
                                     yield chunk
                                 # The server may read the first item in the request's task and the rest

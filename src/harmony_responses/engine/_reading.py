@@ -21,21 +21,21 @@ from collections.abc import Callable
 
 __all__ = ["Reading", "attach", "reading_here"]
 
-Transport = Callable[[], asyncio.Transport | None]
+TransportOf = Callable[[], asyncio.Transport | None]
 
 
 class Reading:
     """The transport a consumer's engine stream is read from, paused and resumed around a hold."""
 
-    __slots__ = ("_paused", "transport")
+    __slots__ = ("_paused", "transport_of")
 
     def __init__(self) -> None:
-        self.transport: Transport | None = None  # the stream's transport, or None once it is over
+        self.transport_of: TransportOf | None = None  # the stream's transport now, None once it is over
         self._paused: asyncio.Transport | None = None
 
     def pause(self) -> None:
         """Stop reading the transport, unless something else (the client's own flow control) already has."""
-        transport = self.transport() if self.transport is not None else None
+        transport = self.transport_of() if self.transport_of is not None else None
         if transport is not None and not transport.is_closing() and transport.is_reading():
             transport.pause_reading()
             self._paused = transport
@@ -57,9 +57,9 @@ def reading_here() -> Reading:
     return reading
 
 
-def attach(transport: Transport) -> None:
-    """The engine stream being read in this task reads what ``transport()`` returns (None once the stream is
-    over): its consumer's holds pause it."""
+def attach(transport_of: TransportOf) -> None:
+    """The engine stream being read in this task reads what ``transport_of()`` returns (None once the stream
+    is over): its consumer's holds pause it."""
     reading = _current.get()
     if reading is not None:
-        reading.transport = transport
+        reading.transport_of = transport_of
