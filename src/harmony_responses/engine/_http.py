@@ -1,21 +1,22 @@
-"""What the HTTP adapters share: the pooled client, bounded waits, SSE lines, error mapping, stop ids.
+"""What the HTTP adapters share: the pooled clients, bounded waits, SSE lines, error mapping, stop ids.
 
-``HTTPEngine`` owns one ``aiohttp.ClientSession`` per engine (a ``TCPConnector`` of
-``max_connections``, explicit ``ClientTimeout``), so that every stream to one engine shares one
-connection pool, and runs the stream loop every adapter needs:
+``HTTPEngine`` owns two clients per engine. The engine calls' streams go through ``StreamClient``
+(``_stream_client.py``: keep-alive connections, at most ``max_connections``), hand-written for the one
+call that is made per engine call and read chunk by chunk; everything else (start-up checks, aborts,
+detokenize) through one ``aiohttp.ClientSession`` with explicit ``ClientTimeout``. The stream loop every
+adapter needs:
 
     POST → status check → SSE/NDJSON lines (split from each read) → adapter's ``StreamReader.feed(obj)``
          → ``TokenChunk``s → stop id settled → ``EngineEnd``
 
-aiohttp rather than httpx: a burst of 64 concurrent streaming POSTs cost httpx 1.1-1.7 ms of CPU per
-request and aiohttp 0.16-0.47 ms, and that CPU was most of the first-token latency this server adds
-under many simultaneous requests.
+aiohttp rather than httpx for the rest: a burst of 64 concurrent streaming POSTs cost httpx 1.1-1.7 ms of
+CPU per request and aiohttp 0.16-0.47 ms; the stream client costs less again (its docstring).
 
 An adapter (``_vllm.py``, ``_sglang.py``, ``_llamacpp.py``, ``_trtllm.py``) says only what differs:
 the request body, how to read one streamed JSON object, the start-up check and the abort call.
 
-Bounds. Connecting (and waiting for a free pooled connection) is bounded by aiohttp's connect
-timeout; everything after by a per-stream watchdog (``_Watchdog``): a first-token deadline from the
+Bounds. Connecting (and waiting for a free pooled connection) is bounded by the connect timeout;
+everything after by a per-stream watchdog (``_Watchdog``): a first-token deadline from the
 moment the request is sent (sending included), then a stall bound on each wait for the engine's next
 line. The watchdog only counts time spent waiting *for the engine*: while the consumer is slow (a
 client reading slowly holds the server's send), the engine is not stalled. It costs one timer per
@@ -30,8 +31,9 @@ recipient, else ``<|return|>``). An engine that stopped on ``<|end|>`` is miscon
 stop sampling: harmony.md §1), which is reported rather than passed on as a short answer.
 
 Errors. ``map_errors`` is the one place where aiohttp's exceptions (and unreadable data) become the
-``EngineError`` tree drawn in ``_base.py``; before the first token the error is raised (the server
-answers 503), after it the stream ends with ``EngineEnd(reason="error")`` naming the engine.
+``EngineError`` tree drawn in ``_base.py`` (the stream client raises the same ones itself); before the
+first token the error is raised (the server answers 503), after it the stream ends with
+``EngineEnd(reason="error")`` naming the engine.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import functools
 import logging
 import math
 import re
@@ -68,6 +69,7 @@ from ._base import (
 )
 from ._options import EngineOptions
 from ._reading import attach
+from ._stream_client import Answer, StreamClient
 
 __all__ = [
     "HARMONY_PROBE",
@@ -188,12 +190,6 @@ def token_ids(value: object, what: str) -> list[int]:
     if not isinstance(value, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in value):
         raise EngineProtocolError(f"{what} is not a list of token ids: {_excerpt(value)}")
     return value
-
-
-def _transport_of(response: aiohttp.ClientResponse) -> asyncio.Transport | None:
-    """The transport ``response`` is read from; None once it is released (its connection may serve another)."""
-    connection = response.connection
-    return connection.transport if connection is not None else None  # type: ignore[return-value]
 
 
 def _excerpt(value: object) -> str:
@@ -470,6 +466,7 @@ class HTTPEngine(Engine):
         self.constrain_final = True
         self.constrain_tools = True
         self._client: aiohttp.ClientSession | None = None
+        self._streams: StreamClient | None = None
 
     @property
     def context_length(self) -> int | None:
@@ -532,6 +529,18 @@ class HTTPEngine(Engine):
             )
         return self._client
 
+    def streams(self) -> StreamClient:
+        """The client of the engine calls' streams (``_stream_client.py``: the one call that is not aiohttp's)."""
+        if self._streams is None:
+            o = self.options
+            self._streams = StreamClient(
+                self.label,
+                max_connections=o.max_connections,
+                connect_timeout=o.connect_timeout,
+                headers={"Authorization": f"Bearer {o.api_key}"} if o.api_key else {},
+            )
+        return self._streams
+
     async def start(self) -> None:
         deadline = time.monotonic() + self.options.start_wait
         try:
@@ -560,6 +569,9 @@ class HTTPEngine(Engine):
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        streams, self._streams = self._streams, None
+        if streams is not None:
+            await streams.aclose()
 
     def describe(self) -> str:
         model = f", model {self.model}" if self.model else ""
@@ -643,7 +655,7 @@ class HTTPEngine(Engine):
     # ------------------------------------------------------------------ the stream
 
     async def generate(self, request: GenerateRequest) -> EngineStream:  # type: ignore[override]
-        client = self.client()
+        streams = self.streams()
         reader = self.reader(request)
         label = self.label
         url = self.url + self.path
@@ -652,7 +664,7 @@ class HTTPEngine(Engine):
         # True once the engine may be generating for us, until it says it has finished: then closing the
         # connection early also calls the engine's abort endpoint (when it has one).
         may_run = False
-        response: aiohttp.ClientResponse | None = None
+        response: Answer | None = None
         watchdog = _Watchdog(self.options.first_token_timeout, self.options.stall_timeout)
         loop_time = watchdog.loop.time
         current_task = asyncio.current_task
@@ -663,9 +675,7 @@ class HTTPEngine(Engine):
                         may_run = True
                         while True:
                             constrained = self.constrains(reader)
-                            response = await client.post(
-                                url, data=orjson.dumps(self.body(reader)), headers=_JSON, allow_redirects=False
-                            )
+                            response = await streams.post(url, orjson.dumps(self.body(reader)))
                             if response.status < 400:
                                 break
                             error = refused(label, response.status, await _read_bounded(response))
@@ -683,8 +693,8 @@ class HTTPEngine(Engine):
                         # ``readline`` await per line: that costs several Python calls and an await per
                         # token, and under load one read holds many lines, whose tokens then go on as one
                         # chunk (the translator is chunking-invariant).
-                        read = response.content.readany
-                        transport_of = functools.partial(_transport_of, response)
+                        read = response.readany
+                        transport_of = response.transport_now
                         tail = b""
                         done = False
                         while True:
@@ -815,11 +825,11 @@ def merge_chunks(chunks: list[TokenChunk]) -> list[TokenChunk]:
     return [TokenChunk(token_ids=ids, logprobs=logprobs)]
 
 
-async def _read_bounded(response: aiohttp.ClientResponse, limit: int = 64 * 1024) -> bytes:
+async def _read_bounded(response: Answer, limit: int = 64 * 1024) -> bytes:
     # An error body is read for its message only; an engine sending megabytes must not cost megabytes.
     data = bytearray()
     while len(data) < limit:
-        part = await response.content.readany()
+        part = await response.readany()
         if not part:
             break
         data += part
