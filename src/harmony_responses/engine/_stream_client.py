@@ -47,10 +47,10 @@ HIGH_WATER = 1 << 20
 class _Target:
     __slots__ = ("head", "host", "path", "port", "ssl")
 
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(self, label: str, url: str, headers: dict[str, str]) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise EngineUnavailable(f"the engine URL is invalid ({url})")
+            raise EngineUnavailable(f"{label}: the engine URL is invalid ({url})")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
@@ -88,7 +88,7 @@ class StreamClient:
             self._loop = loop
         target = self._targets.get(url)
         if target is None:
-            target = self._targets[url] = _Target(url, self._headers)
+            target = self._targets[url] = _Target(self.label, url, self._headers)
         request = target.head + b"%d\r\n\r\n" % len(body) + body
         for attempt in (1, 2):
             connection = await self._connection(target, fresh=attempt == 2)
