@@ -68,7 +68,7 @@ async def body(answer: Answer) -> bytes:
     data = b""
     while part := await answer.readany():
         data += part
-    answer.release()
+    answer.close()
     return data
 
 

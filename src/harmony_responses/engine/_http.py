@@ -679,7 +679,7 @@ class HTTPEngine(Engine):
                             if response.status < 400:
                                 break
                             error = refused(label, response.status, await _read_bounded(response))
-                            response.release()  # back to the pool when the body was read to its end
+                            response.close()  # pooled already when the body was read to its end
                             if constrained and response.status == 400:
                                 # This engine version does not take our constraint: go on without it
                                 # (the strict-schema check after generation still applies).

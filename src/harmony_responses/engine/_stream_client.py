@@ -42,6 +42,8 @@ __all__ = ["Answer", "StreamClient"]
 KEEPALIVE = 30.0
 # The most unread body an answer buffers before its connection stops being read.
 HIGH_WATER = 1 << 20
+# What a connect that ran out of time means, whether it waited for a pooled connection or for the engine.
+NO_CONNECTION = "connecting timed out, or no pooled connection was free in time (raise --engine-max-connections)"
 
 
 class _Target:
@@ -125,10 +127,7 @@ class StreamClient:
                 if waiter.done() and not waiter.cancelled():
                     self._wake()  # woken for a connection it will not take: the next one in line takes it
                 if isinstance(exc, TimeoutError):
-                    raise self._unavailable(
-                        "connecting timed out, or no pooled connection was free in time "
-                        "(raise --engine-max-connections)"
-                    ) from None
+                    raise self._unavailable(NO_CONNECTION) from None
                 raise
             finally:
                 if waiter in self._waiters:
@@ -158,9 +157,7 @@ class StreamClient:
 
     def _connect_error(self, exc: Exception) -> Exception:
         if isinstance(exc, TimeoutError):
-            return self._unavailable(
-                "connecting timed out, or no pooled connection was free in time (raise --engine-max-connections)"
-            )
+            return self._unavailable(NO_CONNECTION)
         if isinstance(exc, socket.gaierror):
             return self._unavailable(f"cannot connect: the host name does not resolve ({exc})")
         if isinstance(exc, ssl.SSLCertVerificationError):
@@ -208,7 +205,7 @@ class _Stale(Exception):
 
 
 class Answer:
-    """One request's answer: ``status``, then its body by ``readany()``; ``release()`` or ``close()`` at the end."""
+    """One request's answer: ``status``, then its body by ``readany()``; ``close()`` at the end."""
 
     __slots__ = ("_buffered", "_chunks", "_connection", "_error", "_head", "_paused", "_waiter", "status")
 
@@ -250,12 +247,9 @@ class Answer:
                 connection.transport.resume_reading()
         return data
 
-    def release(self) -> None:
-        """Done with the answer: its connection stays pooled when the body was read to its end."""
-        self.close()
-
     def close(self) -> None:
-        """Done with the answer before its end: its connection is closed (an engine's sign to stop)."""
+        """Done with the answer: read to its end, its connection is pooled already; before it, the connection
+        is closed (an engine's sign to stop)."""
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
