@@ -114,14 +114,22 @@ async def _starting(started: asyncio.Event, done: asyncio.Event) -> None:
         turns.leave_lane()
 
 
-def _unread(server_port: int) -> int:
-    """Bytes the kernel holds unread on our connection to 127.0.0.1:``server_port`` (Linux /proc/net/tcp)."""
-    remote = f"0100007F:{server_port:04X}"
+def _unread(server_port: int, client_port: int) -> int:
+    """Bytes the kernel holds on our connection from ``client_port`` to 127.0.0.1:``server_port`` (Linux
+    /proc/net/tcp): unread on our side, and not yet sent on the server's. Both ends are matched: a closed
+    connection of an earlier test can linger (TIME_WAIT) with the same remote port."""
+    ours, theirs = f"0100007F:{client_port:04X}", f"0100007F:{server_port:04X}"
+    held, seen = 0, False
     for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = row.split()
-        if fields[2] == remote:
-            return int(fields[4].split(":")[1], 16)
-    raise AssertionError(f"no connection to port {server_port}")
+        tx, rx = (int(n, 16) for n in fields[4].split(":"))
+        if (fields[1], fields[2]) == (ours, theirs):
+            held, seen = held + rx, True
+        elif (fields[1], fields[2]) == (theirs, ours):
+            held += tx
+    if not seen:
+        raise AssertionError(f"no connection from port {client_port} to port {server_port}")
+    return held
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
@@ -132,8 +140,11 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long
 
     async def main() -> tuple[list[int], int]:
         go, written = asyncio.Event(), asyncio.Event()
+        peers: list[int] = []
 
         async def completions(request: web.Request) -> web.StreamResponse:
+            assert request.transport is not None
+            peers.append(request.transport.get_extra_info("peername")[1])
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})
             await response.prepare(request)
             await response.write(line(HELLO[:2]))
@@ -166,7 +177,7 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long
             go.set()
             await written.wait()
             await asyncio.sleep(0.05)  # time enough for the loop to read what came, were it reading
-            unread = _unread(port)
+            unread = _unread(port, peers[0])
             assert len(got) == 2  # held
             first_done.set()
             await second_in.wait()
