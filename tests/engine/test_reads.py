@@ -18,9 +18,11 @@ from aiohttp import web
 
 from harmony_responses.engine import EngineOptions, GenerateRequest
 from harmony_responses.engine._vllm import VLLMEngine
-from harmony_responses.run import turns
+from harmony_responses.run import ResponseRun, turns
 from harmony_responses.run.turns import Turns
 from harmony_responses.tokens import EngineEnd, TokenChunk
+from harmony_responses.translate import Translator
+from harmony_responses.vocab import load_encoding, load_vocabulary
 
 PROMPT = [200006, 1428, 200008, 12194, 200007, 200006, 173781]
 HELLO = [200005, 17196, 200008, 13225, 1303, 200002]  # <|channel|>final<|message|>Hello there<|return|>
@@ -189,6 +191,68 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long
     got, unread = asyncio.run(main())
     assert unread >= len(rest) // 2  # the engine's bytes waited in the kernel, not in our buffers
     assert got == HELLO[:2] + HELLO[2:-1] * 200 + [HELLO[-1]]  # nothing lost
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
+def test_a_run_held_before_its_producer_read_anything_leaves_its_engine_bytes_unread(long_starts: None) -> None:
+    """As the server runs a response: the engine's first chunk is read by ``ResponseRun.start()`` in the
+    request's task, the rest by a producer task it starts then. A producer held at its first batch, before it
+    has read from the engine itself (the first read held the first delta), still has its connection paused:
+    the engine's bytes wait in the kernel, and all of them come once the hold ends."""
+    rest = line(HELLO[4:5]) * 200 + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
+
+    async def main() -> tuple[str, int]:
+        go, written = asyncio.Event(), asyncio.Event()
+        peers: list[int] = []
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            assert request.transport is not None
+            peers.append(request.transport.get_extra_info("peername")[1])
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(line(HELLO[:4]))  # the header and the first text token: the first delta
+            await go.wait()
+            await response.write(rest)
+            written.set()
+            return response
+
+        async with _vllm_server(completions) as (engine, port):
+            translator = Translator(vocab=load_vocabulary(), new_id=lambda prefix: f"{prefix}_1", clock=lambda: 0)
+            run = ResponseRun(
+                translator=translator, engine=engine, request=GenerateRequest(prompt_ids=PROMPT, max_tokens=500)
+            )
+            first_in, first_done, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(_starting(first_in, first_done))
+            await first_in.wait()
+            second = asyncio.create_task(_starting(second_in, asyncio.Event()))
+            await asyncio.sleep(0)  # the second waits in the lane: flowing streams are held
+            await run.start()  # the first chunk, read in this task
+            held = asyncio.Event()
+
+            async def produce() -> None:
+                flow = Turns()
+                async for _ in run.batches():
+                    flow.arrived()
+                    held.set()
+                    await flow.done()
+
+            producer = asyncio.create_task(produce())
+            await held.wait()
+            go.set()
+            await written.wait()
+            await asyncio.sleep(0.05)  # time enough for the loop to read what came, were it reading
+            unread = _unread(port, peers[0])
+            first_done.set()
+            await second_in.wait()
+            second.cancel()  # its start ends: no one is starting, the hold ends
+            await asyncio.wait_for(producer, 5)
+            await first
+            assert run.final is not None
+            return run.final["output"][0]["content"][0]["text"], unread
+
+    text, unread = asyncio.run(main())
+    assert unread >= len(rest) // 2  # not read into our buffers while held
+    assert text == load_encoding().decode(HELLO[3:4] + HELLO[4:5] * 200)  # nothing lost
 
 
 def test_a_held_consumer_does_not_pause_a_connection_its_finished_stream_gave_back(long_starts: None) -> None:

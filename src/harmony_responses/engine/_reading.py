@@ -7,10 +7,14 @@ out those reads were most of each loop turn between two starts (a burst of 256 t
 instead of 1). Paused, the engine's bytes wait in the kernel's socket buffer and come in one read when the
 hold ends; nothing is lost, and an engine writing faster than that is slowed by TCP as by a slow reader.
 
-The consumer (``run.turns.Turns``) makes a ``Reading`` current in its task; an engine that reads a socket
-names, at every chunk it yields (``attach``, in the task reading it), how to find the transport its stream
-is read from *now*: none once the stream is over and its connection back in the pool, where another
-request's stream may be reading it.
+The consumer (``run.turns.Turns``, and the run that opens the engine call) makes a ``Reading`` current in
+its task; an engine that reads a socket names, at every chunk it yields (``attach``, in the task reading it),
+how to find the transport its stream is read from *now*: none once the stream is over and its connection
+back in the pool, where another request's stream may be reading it. The stream's first chunk is read in the
+task that starts the run (an engine that refuses the call must be known before anything is sent), the rest
+in a producer task it starts then: the producer inherits the same ``Reading``. With one made in the producer
+alone, a stream whose first read already held its first delta was held before the producer had read from
+it, with nothing to pause: during a burst the first streams let in were read at every loop turn while held.
 """
 
 from __future__ import annotations
@@ -51,9 +55,13 @@ _current: contextvars.ContextVar[Reading | None] = contextvars.ContextVar("harmo
 
 
 def reading_here() -> Reading:
-    """A new ``Reading``, current in this task from now on (a consumer's tasks are its own)."""
-    reading = Reading()
-    _current.set(reading)
+    """The ``Reading`` current in this task: the one it inherited from the task that created it (a consumer's
+    producer task), or a new one, current from now on. Each request runs in a task of its own, so two
+    consumers never share one."""
+    reading = _current.get()
+    if reading is None:
+        reading = Reading()
+        _current.set(reading)
     return reading
 
 

@@ -59,7 +59,7 @@ from typing import Any
 import orjson
 from openai_harmony import Author, Message, Role
 
-from ..engine import Engine, EngineStream, GenerateRequest
+from ..engine import Engine, EngineStream, GenerateRequest, reading_here
 from ..errors import APIError
 from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, engine_label, failure_reason
 from ..request.schema import instance_problem
@@ -497,6 +497,7 @@ class ResponseRun:
         that refuses the response or fails it in-band.
         """
         leave_lane()  # the next request's start work may begin (run/turns.py)
+        reading_here()  # its first chunk may be read here and the rest in the producer: one Reading for both
         self.metrics.engine_call()
         _ENGINE_QUEUE.inc()
         try:
