@@ -134,6 +134,27 @@ def _unread(server_port: int, client_port: int) -> int:
     return held
 
 
+class _HeldAnswer:
+    """``completions``: a ``/v1/completions`` answer of ``first`` at once and ``rest`` once ``go`` is set
+    (``written`` then); ``peers``: the client's port of each request (our end of the connection, ``_unread``)."""
+
+    def __init__(self, first: bytes, rest: bytes) -> None:
+        self.first, self.rest = first, rest
+        self.go, self.written = asyncio.Event(), asyncio.Event()
+        self.peers: list[int] = []
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername")[1])
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(self.first)
+        await self.go.wait()
+        await response.write(self.rest)
+        self.written.set()
+        return response
+
+
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the kernel's socket queues (Linux)")
 def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long_starts: None) -> None:
     """While a request waits in the start lane, a flowing stream is held (run/turns.py) and its engine
@@ -141,24 +162,11 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long
     rest = line(HELLO[2:-1]) * 200 + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
 
     async def main() -> tuple[list[int], int]:
-        go, written = asyncio.Event(), asyncio.Event()
-        peers: list[int] = []
-
-        async def completions(request: web.Request) -> web.StreamResponse:
-            assert request.transport is not None
-            peers.append(request.transport.get_extra_info("peername")[1])
-            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-            await response.prepare(request)
-            await response.write(line(HELLO[:2]))
-            await go.wait()
-            await response.write(rest)
-            written.set()
-            return response
-
+        answer = _HeldAnswer(line(HELLO[:2]), rest)
         got: list[int] = []
         held = asyncio.Event()
 
-        async with _vllm_server(completions) as (engine, port):
+        async with _vllm_server(answer.completions) as (engine, port):
 
             async def consume() -> None:
                 flow = Turns()
@@ -176,10 +184,10 @@ def test_a_held_consumer_leaves_its_engine_bytes_unread_until_the_hold_ends(long
             await asyncio.sleep(0)  # the second waits in the lane: flowing streams are held
             consumer = asyncio.create_task(consume())
             await held.wait()
-            go.set()
-            await written.wait()
+            answer.go.set()
+            await answer.written.wait()
             await asyncio.sleep(0.05)  # time enough for the loop to read what came, were it reading
-            unread = _unread(port, peers[0])
+            unread = _unread(port, answer.peers[0])
             assert len(got) == 2  # held
             first_done.set()
             await second_in.wait()
@@ -202,21 +210,9 @@ def test_a_run_held_before_its_producer_read_anything_leaves_its_engine_bytes_un
     rest = line(HELLO[4:5]) * 200 + line([HELLO[-1]], "stop") + b"data: [DONE]\n\n"
 
     async def main() -> tuple[str, int]:
-        go, written = asyncio.Event(), asyncio.Event()
-        peers: list[int] = []
+        answer = _HeldAnswer(line(HELLO[:4]), rest)  # the header and the first text token: the first delta
 
-        async def completions(request: web.Request) -> web.StreamResponse:
-            assert request.transport is not None
-            peers.append(request.transport.get_extra_info("peername")[1])
-            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-            await response.prepare(request)
-            await response.write(line(HELLO[:4]))  # the header and the first text token: the first delta
-            await go.wait()
-            await response.write(rest)
-            written.set()
-            return response
-
-        async with _vllm_server(completions) as (engine, port):
+        async with _vllm_server(answer.completions) as (engine, port):
             translator = Translator(vocab=load_vocabulary(), new_id=lambda prefix: f"{prefix}_1", clock=lambda: 0)
             run = ResponseRun(
                 translator=translator, engine=engine, request=GenerateRequest(prompt_ids=PROMPT, max_tokens=500)
@@ -238,10 +234,10 @@ def test_a_run_held_before_its_producer_read_anything_leaves_its_engine_bytes_un
 
             producer = asyncio.create_task(produce())
             await held.wait()
-            go.set()
-            await written.wait()
+            answer.go.set()
+            await answer.written.wait()
             await asyncio.sleep(0.05)  # time enough for the loop to read what came, were it reading
-            unread = _unread(port, peers[0])
+            unread = _unread(port, answer.peers[0])
             first_done.set()
             await second_in.wait()
             second.cancel()  # its start ends: no one is starting, the hold ends
