@@ -1,11 +1,18 @@
 """``FirstTokensFirst``: the endpoint's requests count as starting until their first delta is written.
 
 The bookkeeping of who is starting and who is held is the run layer's (run/turns.py); this ASGI wrapper
-only tells it when a request arrives and when the first delta event went out on the socket (the endpoint
-asks for its place in the start lane once it has read the body: ``turns.enter_lane``).
+only tells it when a request arrives and when the first delta event went out on the socket.
+
+A request asks for its place in the start lane (``turns.enter_lane``) once its body is in: here, before
+the middleware and the endpoint run, when the body came with the head (a burst's requests do), else in
+the endpoint once it has read it (a body that trickles in must not keep the lane). Asked here, the
+request's whole handling up to its engine call is start work in the lane: a burst of 64 otherwise ran every
+request's middleware, routing and body read as it arrived, all before the median request's first token.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,6 +23,13 @@ __all__ = ["DELTA_FRAME", "FirstTokensFirst"]
 # What a streamed body's first delta event looks like: SSE ``event:`` lines are the only place a raw
 # newline follows ``.delta`` (JSON escapes newlines inside ``data:``).
 DELTA_FRAME = b".delta\n"
+
+
+def body_received(receive: Receive) -> bool:
+    """Whether the request's whole body has arrived already: uvicorn's ``receive`` is its request cycle's,
+    which knows (False for any other server's, which is only slower: the lane is asked for later)."""
+    cycle: Any = getattr(receive, "__self__", None)
+    return getattr(cycle, "more_body", True) is False
 
 
 class FirstTokensFirst:
@@ -33,6 +47,8 @@ class FirstTokensFirst:
             await self.app(scope, receive, send)
             return
         with starting() as start:
+            if body_received(receive):
+                await start.enter_lane()
 
             async def send_watching(message: Message) -> None:
                 await send(message)

@@ -33,8 +33,9 @@ the first delta as soon as it exists rather than after up to ``YIELD_INTERVAL`` 
 The start lane. A request's start (validation, history, rendering, the engine request) is CPU work with
 few awaits in it, and asyncio runs every ready task once per loop turn: 64 requests arriving together all
 start in the same turn, and no engine's answer is read before the last of them has sent its own, so the
-median request waits for the whole burst's start work before its first token. So once its body is read a
-request waits in the *start lane* (``enter_lane``), in arrival order, and leaves it when its engine call is
+median request waits for the whole burst's start work before its first token. So once its body is in a
+request waits in the *start lane* (``enter_lane``; before the middleware when the body came with the head,
+``http/first_tokens.py``), in arrival order, and leaves it when its engine call is
 sent or it is about to wait for something else (``leave_lane``: the store, a thread, an MCP server), when it
 ends, or after ``LANE_LIMIT`` at most. The lane lets the next request in a loop turn after the last one
 left: the engines' answers to the starts already sent are read in between and their first tokens go out,
@@ -300,7 +301,7 @@ class Start:
     ``START_LIMIT`` before it, behind a queue of requests or a slow engine, must not then wait behind the
     others' starts."""
 
-    __slots__ = ("active", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_timer")
+    __slots__ = ("active", "asked", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
@@ -308,6 +309,7 @@ class Start:
         _STARTING.inc()
         self.active = True
         self.delivered = False
+        self.asked = False  # it has asked for the start lane: once is all it gets
         self._loop = loop
         self._in_lane = False
         self._let_in = 0.0
@@ -316,7 +318,11 @@ class Start:
         self._timer = loop.call_later(START_LIMIT, self.end)
 
     async def enter_lane(self) -> None:
-        """Wait for the start lane to let this request in (the module docstring), in arrival order."""
+        """Wait for the start lane to let this request in (the module docstring), in arrival order; at once
+        if it has asked before (let in early, its start is the rest of what it does there)."""
+        if self.asked:
+            return
+        self.asked = True
         self._timer.cancel()
         await self.traffic.lane.enter()
         self._let_in = time.monotonic()
