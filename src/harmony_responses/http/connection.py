@@ -27,7 +27,14 @@ from ..errors import APIError
 from ..ids import random_id
 from ..metrics import HTTP_REQUESTS
 
-__all__ = ["DRAIN_EXTENSION", "HEAD_TIMEOUT", "ApiHttpProtocol", "ApiWebSocketProtocol", "api_http_protocol"]
+__all__ = [
+    "DRAIN_EXTENSION",
+    "HEAD_TIMEOUT",
+    "ApiHttpProtocol",
+    "ApiWebSocketProtocol",
+    "api_http_protocol",
+    "body_received",
+]
 
 # The scope extension through which a WebSocket endpoint tells the protocol it is still running responses.
 DRAIN_EXTENSION = "harmony_responses.drain"
@@ -148,6 +155,14 @@ class _HeadWithBody:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+def body_received(receive: Any) -> bool:
+    """Whether the request's whole body has arrived already, so that the next ``receive()`` returns all of it
+    at once: uvicorn's ``receive`` is its request cycle's, which knows (False for any other server's, whose
+    requests only miss the shortcuts this allows)."""
+    cycle = getattr(receive, "__self__", None)
+    return getattr(cycle, "more_body", True) is False
 
 
 def api_http_protocol(head_timeout: float = HEAD_TIMEOUT) -> type[ApiHttpProtocol]:

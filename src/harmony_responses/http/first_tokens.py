@@ -12,24 +12,16 @@ request's middleware, routing and body read as it arrived, all before the median
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..run.turns import starting
+from .connection import body_received
 
 __all__ = ["DELTA_FRAME", "FirstTokensFirst"]
 
 # What a streamed body's first delta event looks like: SSE ``event:`` lines are the only place a raw
 # newline follows ``.delta`` (JSON escapes newlines inside ``data:``).
 DELTA_FRAME = b".delta\n"
-
-
-def body_received(receive: Receive) -> bool:
-    """Whether the request's whole body has arrived already: uvicorn's ``receive`` is its request cycle's,
-    which knows (False for any other server's, which is only slower: the lane is asked for later)."""
-    cycle: Any = getattr(receive, "__self__", None)
-    return getattr(cycle, "more_body", True) is False
 
 
 class FirstTokensFirst:
