@@ -273,3 +273,72 @@ def test_a_collector_disabled_by_the_application_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class TokenByToken:
+    """An engine writing the answer one token per chunk, ``gap`` seconds apart, then the rest after ``pause``
+    (noting when that last chunk went out)."""
+
+    def __init__(self, gap: float, pause: float = 0.0) -> None:
+        self.gap = gap
+        self.pause = pause
+        self.resumed: list[float] = []
+        self.engine = MockEngine(self._handle)
+
+    async def _handle(self, request: GenerateRequest) -> EngineStream:
+        header, text = ANSWER_IDS[:3], ANSWER_IDS[3:]
+        for token in header:
+            yield TokenChunk(token_ids=[token])
+            await asyncio.sleep(self.gap)
+        await asyncio.sleep(self.pause)
+        self.resumed.append(time.monotonic())
+        yield TokenChunk(token_ids=text)
+        yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
+
+
+class BodyWrites:
+    """ASGI wrapper noting each response body write: when, and what."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.writes: list[tuple[float, bytes]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                self.writes.append((time.monotonic(), message.get("body", b"")))
+            await send(message)
+
+        await self.app(scope, receive, noting)
+
+
+def _stream_through(engine: MockEngine) -> tuple[list[tuple[float, bytes]], bytes]:
+    app = create_app(Config(models=(MODEL,), current_date="2025-06-01"), engine=engine)
+    writes = BodyWrites(app)
+    live = start_live(app, writes)
+    try:
+        (received,) = asyncio.run(_burst(_port(live), 1))
+    finally:
+        live.stop()
+    return writes.writes, received
+
+
+def test_the_events_before_the_first_delta_go_out_in_one_write_with_it() -> None:
+    """A header read token by token made the response's opening events two or three writes of their own (a
+    socket send each) before the first delta: they wait for it while the request is starting."""
+    writes, received = _stream_through(TokenByToken(gap=0.003).engine)
+    first = writes[0][1]
+    assert first.startswith(b"event: response.created\n")
+    assert b"event: response.output_item.added\n" in first and DELTA + b"data: " in first
+    assert b'"delta":"Hi"' in received and b"event: response.completed\n" in received
+
+
+def test_what_comes_before_a_late_first_delta_goes_out_when_the_start_ends() -> None:
+    """Nothing is held longer than the request counts as starting: a model that pauses before its first
+    delta (a built-in tool running, a slow engine) still shows its response begun."""
+    engine = TokenByToken(gap=0.0, pause=5 * turns.START_LIMIT)
+    writes, received = _stream_through(engine.engine)
+    first_at, first = writes[0]
+    assert first.startswith(b"event: response.created\n") and DELTA not in first
+    assert first_at < engine.resumed[0] - 2 * turns.START_LIMIT
+    assert b'"delta":"Hi"' in received and b"event: response.completed\n" in received

@@ -35,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 from ..errors import APIError
 from ..metrics import STREAMS_IN_FLIGHT
 from ..run import ResponseRun, StoredRun
-from ..run.turns import Turns, end_start
+from ..run.turns import Turns, current_start, end_start
 from ..sse import encode_event, ends_response
 from .errors import error_response, json_response
 from .first_tokens import DELTA_FRAME
@@ -75,6 +75,8 @@ class _Handoff:
         self._max_bodies = bodies
         self._max_size = size
         self._closed = False
+        self._nudged = False  # the taker is to come back with what it has, though nothing new came
+        self.holding = False  # the taker holds bodies it took and has not sent: none may pass them
         self._failed: BaseException | None = None  # raised to the taker (a direct write that failed)
         self._readable: asyncio.Future[None] | None = None  # the taker, waiting for a body
         self._writable: asyncio.Future[None] | None = None  # the putter, waiting for room
@@ -111,8 +113,13 @@ class _Handoff:
 
     @property
     def taker_waiting(self) -> bool:
-        """The taker waits for a body and none is queued: a body sent past it now keeps the order."""
-        return not self._bodies and self._readable is not None and not self._readable.done()
+        """The taker waits for a body and none is queued or held: a body sent past it now keeps the order."""
+        return not self._bodies and not self.holding and self._readable is not None and not self._readable.done()
+
+    def nudge(self) -> None:
+        """Have the taker come back (with an empty list if nothing came meanwhile)."""
+        self._nudged = True
+        _wake(self._readable)
 
     def fail(self, exc: BaseException) -> None:
         """Close, and have the taker raise ``exc`` once it has taken what is queued."""
@@ -120,14 +127,18 @@ class _Handoff:
         self.close()
 
     async def take(self) -> list[bytes] | None:
-        """Every body waiting (at least one), or None once closed and drained."""
+        """Every body waiting (at least one, none after a ``nudge``), or None once closed and drained."""
         while not self._bodies:
             if self._failed is not None:
                 raise self._failed
             if self._closed:
                 return None
+            if self._nudged:
+                self._nudged = False
+                return []
             self._readable = asyncio.get_running_loop().create_future()
             await self._readable
+        self._nudged = False
         bodies = list(self._bodies)
         self._bodies.clear()
         self._size = 0
@@ -246,12 +257,36 @@ class RunResponse:
 
     async def _write_batches(self, handoff: _Handoff, send: Send) -> None:
         """Send what the producer hands over, everything waiting at once, until it is done; the last of it
-        (the terminal event) with the end of the body."""
+        (the terminal event) with the end of the body.
+
+        While the request is starting (run/turns.py), what comes before its first delta (``response.created``,
+        the first item's opening, the events of a header read token by token) is held and sent with that
+        delta: up to three writes become one, each a socket send and most of a loop turn, on the path a
+        burst's first tokens wait for. Nothing waits longer than the start does (``START_LIMIT`` at most):
+        what is held goes out when it ends, a built-in tool's call running before any delta included.
+        """
+        start = current_start()
+        held: list[bytes] = []
         while (bodies := await handoff.take()) is not None:
             last = handoff.drained
+            body = b"".join(held + bodies) if held else b"".join(bodies)
+            if not last and start is not None and start.active and DELTA_FRAME not in body:
+                if not held:
+                    handoff.holding = True
+                    start.when_ended(handoff.nudge)
+                held = [body]
+                continue
+            if held and start is not None:
+                held = []
+                handoff.holding = False
+                start.when_ended(None)
+            if not body and not last:
+                continue  # nudged with nothing held (the start ended as the first delta went out)
             if last:
                 self._ended = True
-            await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
+            await send({"type": "http.response.body", "body": body, "more_body": not last})
+        if held:  # the producer stopped without a last batch (a bug, logged there): what it made goes out
+            await send({"type": "http.response.body", "body": held[0], "more_body": True})
 
     async def _produce(self, handoff: _Handoff, send: Send) -> None:
         turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)

@@ -63,7 +63,7 @@ import gc
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..engine import reading_here
 from ..metrics import QUEUE_DEPTH
@@ -74,6 +74,7 @@ __all__ = [
     "YIELD_INTERVAL",
     "Start",
     "Turns",
+    "current_start",
     "end_start",
     "enter_lane",
     "leave_lane",
@@ -301,7 +302,7 @@ class Start:
     ``START_LIMIT`` before it, behind a queue of requests or a slow engine, must not then wait behind the
     others' starts."""
 
-    __slots__ = ("active", "asked", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_timer")
+    __slots__ = ("active", "asked", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_on_end", "_timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
@@ -313,6 +314,7 @@ class Start:
         self._loop = loop
         self._in_lane = False
         self._let_in = 0.0
+        self._on_end: Callable[[], None] | None = None
         # START_LIMIT from arrival until the request asks for the lane (a body that trickles in must not
         # count as starting for long), none while it waits there, then START_LIMIT from when it is let in.
         self._timer = loop.call_later(START_LIMIT, self.end)
@@ -340,6 +342,10 @@ class Start:
             self._in_lane = False
             self.traffic.lane.left(time.monotonic() - self._let_in)
 
+    def when_ended(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` once, when the request stops counting as starting (None: no longer)."""
+        self._on_end = callback
+
     def end(self) -> None:
         self.leave_lane()
         if self.active:
@@ -347,6 +353,9 @@ class Start:
             self._timer.cancel()
             _STARTING.dec()
             self.traffic._started()
+            callback, self._on_end = self._on_end, None
+            if callback is not None:
+                callback()
 
     def finish(self) -> None:
         """The first delta is out, or there will be none to hurry: ``end()``, and holdable from now on."""
@@ -371,6 +380,11 @@ def leave_lane() -> None:
     start = _current.get()
     if start is not None:
         start.leave_lane()
+
+
+def current_start() -> Start | None:
+    """The request counted as starting in this context, if any."""
+    return _current.get()
 
 
 def end_start() -> None:
