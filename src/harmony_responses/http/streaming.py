@@ -75,8 +75,6 @@ class _Handoff:
         self._max_bodies = bodies
         self._max_size = size
         self._closed = False
-        self._nudged = False  # the taker is to come back with what it has, though nothing new came
-        self.holding = False  # the taker holds bodies it took and has not sent: none may pass them
         self._failed: BaseException | None = None  # raised to the taker (a direct write that failed)
         self._readable: asyncio.Future[None] | None = None  # the taker, waiting for a body
         self._writable: asyncio.Future[None] | None = None  # the putter, waiting for room
@@ -92,6 +90,12 @@ class _Handoff:
         self._size += len(body)
         _wake(self._readable)
         return True
+
+    def put_now(self, body: bytes) -> None:
+        """Queue ``body`` whatever the bounds (a few events held back, never a stream's worth)."""
+        self._bodies.append(body)
+        self._size += len(body)
+        _wake(self._readable)
 
     async def put(self, body: bytes) -> None:
         while self._full():
@@ -113,13 +117,8 @@ class _Handoff:
 
     @property
     def taker_waiting(self) -> bool:
-        """The taker waits for a body and none is queued or held: a body sent past it now keeps the order."""
-        return not self._bodies and not self.holding and self._readable is not None and not self._readable.done()
-
-    def nudge(self) -> None:
-        """Have the taker come back (with an empty list if nothing came meanwhile)."""
-        self._nudged = True
-        _wake(self._readable)
+        """The taker waits for a body and none is queued: a body sent past it now keeps the order."""
+        return not self._bodies and self._readable is not None and not self._readable.done()
 
     def fail(self, exc: BaseException) -> None:
         """Close, and have the taker raise ``exc`` once it has taken what is queued."""
@@ -127,18 +126,14 @@ class _Handoff:
         self.close()
 
     async def take(self) -> list[bytes] | None:
-        """Every body waiting (at least one, none after a ``nudge``), or None once closed and drained."""
+        """Every body waiting (at least one), or None once closed and drained."""
         while not self._bodies:
             if self._failed is not None:
                 raise self._failed
             if self._closed:
                 return None
-            if self._nudged:
-                self._nudged = False
-                return []
             self._readable = asyncio.get_running_loop().create_future()
             await self._readable
-        self._nudged = False
         bodies = list(self._bodies)
         self._bodies.clear()
         self._size = 0
@@ -257,39 +252,32 @@ class RunResponse:
 
     async def _write_batches(self, handoff: _Handoff, send: Send) -> None:
         """Send what the producer hands over, everything waiting at once, until it is done; the last of it
-        (the terminal event) with the end of the body.
-
-        While the request is starting (run/turns.py), what comes before its first delta (``response.created``,
-        the first item's opening, the events of a header read token by token) is held and sent with that
-        delta: up to three writes become one, each a socket send and most of a loop turn, on the path a
-        burst's first tokens wait for. Nothing waits longer than the start does (``START_LIMIT`` at most):
-        what is held goes out when it ends, a built-in tool's call running before any delta included.
-        """
-        start = current_start()
-        held: list[bytes] = []
+        (the terminal event) with the end of the body."""
         while (bodies := await handoff.take()) is not None:
             last = handoff.drained
-            body = b"".join(held + bodies) if held else b"".join(bodies)
-            if not last and start is not None and start.active and DELTA_FRAME not in body:
-                if not held:
-                    handoff.holding = True
-                    start.when_ended(handoff.nudge)
-                held = [body]
-                continue
-            if held and start is not None:
-                held = []
-                handoff.holding = False
-                start.when_ended(None)
-            if not body and not last:
-                continue  # nudged with nothing held (the start ended as the first delta went out)
             if last:
                 self._ended = True
-            await send({"type": "http.response.body", "body": body, "more_body": not last})
-        if held:  # the producer stopped without a last batch (a bug, logged there): what it made goes out
-            await send({"type": "http.response.body", "body": held[0], "more_body": True})
+            await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
 
     async def _produce(self, handoff: _Handoff, send: Send) -> None:
+        """Hand the run's batches on to the writer (or write them itself, below).
+
+        While the request is starting (run/turns.py), what comes before its first delta (``response.created``,
+        the first item's opening, the events of a header read token by token) is held here and handed on
+        with that delta: up to three writes become one, each a socket send and a loop turn of the writer, on
+        the path a burst's first tokens wait for. Nothing is held longer than the start lasts
+        (``START_LIMIT`` at most): what is held goes to the writer when it ends, while a built-in tool runs
+        before any delta, say.
+        """
         turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)
+        start = current_start()
+        held: list[bytes] = []
+
+        def release() -> None:  # the start ended with no delta yet
+            if held:
+                handoff.put_now(b"".join(held))
+                held.clear()
+
         try:
             async with contextlib.aclosing(self.run.batches()) as batches:
                 handed = False
@@ -299,11 +287,25 @@ class RunResponse:
                     # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
                     body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
                     last = ends_response(body)  # sent with the end of the body, by whichever writes it
-                    if turns.fresh and not first and handoff.taker_waiting:
+                    if not handed and start is not None:
+                        if not last and start.active and DELTA_FRAME not in body:
+                            if not held:
+                                start.when_ended(release)
+                            held.append(body)
+                            await turns.done()
+                            continue
+                        if held:
+                            start.when_ended(None)
+                            held.append(body)
+                            body = b"".join(held)
+                            held.clear()
+                    opening = not handed and DELTA_FRAME in body
+                    if (opening or turns.fresh and not first) and handoff.taker_waiting:
                         # It came after a wait for the engine (a paced engine's every token) and the writer
                         # has nothing to send: written here, a task switch and a loop turn sooner than through
                         # the writer, which is most of what a one-token batch costs. Batches right behind
-                        # one another go through the writer, which sends them together.
+                        # one another go through the writer, which sends them together. So does the first
+                        # delta, with all that came before it: nothing is left to gather for its write.
                         if not await self._write_directly(handoff, send, body, last):
                             return
                     elif not handoff.put_nowait(body):  # no event-loop turn while there is room
@@ -314,7 +316,7 @@ class RunResponse:
                         # Nothing is left to hand on, so no hold either: what runs on is the run finishing up.
                         handoff.close()
                         continue
-                    if not handed and DELTA_FRAME in body:  # the first one handed on: holdable (run/turns.py)
+                    if opening:  # the first delta handed on: holdable (run/turns.py)
                         handed = True
                         turns.handed_first_delta()
                     await turns.done()
@@ -322,6 +324,9 @@ class RunResponse:
             # A bug after the stream started: the status is sent, so all we can do is end the body.
             logger.exception("response stream failed after it started")
         finally:
+            if start is not None and held:
+                start.when_ended(None)
+                release()
             handoff.close()
 
     async def _write_directly(self, handoff: _Handoff, send: Send, body: bytes, last: bool) -> bool:
