@@ -342,3 +342,18 @@ def test_what_comes_before_a_late_first_delta_goes_out_when_the_start_ends() -> 
     assert first.startswith(b"event: response.created\n") and DELTA not in first
     assert first_at < engine.resumed[0] - 2 * turns.START_LIMIT
     assert b'"delta":"Hi"' in received and b"event: response.completed\n" in received
+
+
+def test_a_starting_response_sends_its_first_delta_before_translating_the_rest_of_its_chunk() -> None:
+    """An engine read that holds many tokens (a flat-out engine's first one does): the first delta is written
+    before the tokens behind it are translated, and all of them follow."""
+    words = load_encoding().encode(" one two three four five six seven eight nine ten")
+
+    async def whole(request: GenerateRequest) -> EngineStream:
+        yield TokenChunk(token_ids=[*ANSWER_IDS[:3], *words, ANSWER_IDS[-1]])
+        yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
+
+    writes, received = _stream_through(MockEngine(whole))
+    assert writes[0][1].count(b".delta\n") == 1
+    assert received.count(DELTA) == len(words)
+    assert b'"text":" one two three four five six seven eight nine ten"' in received

@@ -1,9 +1,10 @@
 """Property tests (hypothesis): random valid and malformed token streams, random chunkings, random endings.
 
 For every stream: (a) the events do not depend on how the tokens are chunked, nor on draining with
-``next_event()`` rather than ``events()``; (b)-(d) every invariant of ``check_stream`` holds (which includes
-validation against the openai types and openai's own stream accumulator); and the translator never raises on
-model output. Valid completions are also checked against a model of what they should produce.
+``next_event()`` rather than ``events()``, nor on processing a delta at a time (``to_first_delta``); (b)-(d)
+every invariant of ``check_stream`` holds (which includes validation against the openai types and openai's own
+stream accumulator); and the translator never raises on model output. Valid completions are also checked
+against a model of what they should produce.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def _drain(translator: Translator, drain: str, out: list[dict[str, Any]]) -> Non
     if drain == "events":
         out.extend(translator.events())
         return
+    if drain == "to_first_delta":  # a delta at a time, as a starting response's first one goes out
+        out.extend(translator.events(to_first_delta=True))
+        while translator.buffered:
+            out.extend(translator.events(to_first_delta=True))
+        return
     while isinstance(event := translator.next_event(), dict):
         out.append(event)
     assert event in (NEED_TOKENS, AWAIT_TOOL, DONE)
@@ -125,6 +131,7 @@ def assert_chunking_invariant(script: Script, sizes: list[int]) -> list[dict[str
     assert run_script(script, [7]) == reference, "chunks of 7 differ from all at once"
     assert run_script(script, sizes) == reference, f"chunks of {sizes} differ from all at once"
     assert run_script(script, sizes, drain="next_event") == reference, "next_event() differs from events()"
+    assert run_script(script, sizes, drain="to_first_delta") == reference, "stopping at each delta differs"
     return reference
 
 

@@ -69,7 +69,7 @@ from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
 from .compact import Compaction, record_summary, write_summary
-from .turns import leave_lane
+from .turns import current_start, leave_lane
 
 __all__ = ["ResponseRun"]
 
@@ -89,6 +89,10 @@ SHUTDOWN_MESSAGE = "The server shut down before the response finished; its outpu
 _ENGINE_QUEUE = QUEUE_DEPTH.labels("engine")
 # How long to wait for an engine's EngineEnd after it stopped on <|call|> (it is due at once).
 SETTLE_SECONDS = 5.0
+
+
+# What ``_pump`` goes on with when the translator holds tokens it has not processed yet.
+_BUFFERED = object()
 
 
 class _Empty:
@@ -281,8 +285,11 @@ class ResponseRun:
     async def _pump(self, item: TokenChunk | EngineEnd | _Empty | object) -> AsyncIterator[list[Event]]:
         """One engine call through the translator, until it ends or makes a built-in tool call."""
         t = self.translator
+        start = current_start()
         while True:
-            if isinstance(item, TokenChunk):
+            if item is _BUFFERED:
+                pass  # tokens of an earlier chunk the translator still holds (below)
+            elif isinstance(item, TokenChunk):
                 ids, logprobs = item.token_ids, item.logprobs
                 limit = self._request.max_tokens
                 over = limit is not None and len(self._generated) + len(ids) > limit
@@ -318,9 +325,15 @@ class ResponseRun:
             else:
                 t.receive_end("error", f"the engine yielded {type(item).__name__}, not a token chunk")
                 return
-            events = t.events()
+            # A starting request's first delta goes out before the tokens behind it in the chunk are translated
+            # (a flat-out engine's first read holds a dozen): they wait for the loop's next turn for this
+            # stream, after the other requests' starts (run/turns.py).
+            events = t.events(to_first_delta=start is not None and start.active and not start.delivered)
             if events:
                 yield self._finish(events)
+            if t.buffered:
+                item = _BUFFERED
+                continue
             if t.closed:
                 return  # the translator failed the response on bad model output: the rest is moot
             if t.pending_tool_call is not None:

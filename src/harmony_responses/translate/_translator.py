@@ -411,12 +411,25 @@ class Translator:
                 return NEED_TOKENS
         return events.popleft()
 
-    def events(self) -> list[Event]:
-        """Process everything buffered and return all the events it caused."""
-        self._process_pending()
+    def events(self, *, to_first_delta: bool = False) -> list[Event]:
+        """Process everything buffered and return all the events it caused.
+
+        ``to_first_delta``: stop after the first token that made a ``*.delta`` event, the rest staying
+        buffered (``buffered``) for a later call: a server sends a response's first delta before it spends
+        any time on the tokens behind it. The events are the same however the processing is split.
+        """
+        if to_first_delta:
+            self._process_to_first_delta()
+        else:
+            self._process_pending()
         out = list(self._events)
         self._events.clear()
         return out
+
+    @property
+    def buffered(self) -> bool:
+        """Tokens (or the end) have been received that ``events()`` has not processed yet."""
+        return bool(self._pending) or self._pending_end is not None
 
     @property
     def response(self) -> dict[str, Any]:
@@ -499,6 +512,19 @@ class Translator:
             reason, message = self._pending_end
             self._pending_end = None
             self._end(reason, message)
+
+    def _process_to_first_delta(self) -> None:
+        pending = self._pending
+        events = self._events
+        step = self._step
+        while pending:
+            seen = len(events)
+            token, lp, generated = pending.popleft()
+            step(token, lp, generated)
+            for k in range(seen, len(events)):
+                if events[k]["type"].endswith(".delta"):
+                    return
+        self._process_pending()  # the end, if it came
 
     def _step(self, token: int, lp: TokenLogprob | None, generated: bool) -> None:
         if generated:
