@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from openai_harmony import Conversation, RenderConversationConfig, RenderOptions, Role
+from openai_harmony import Author, Conversation, Message, RenderConversationConfig, RenderOptions, Role, TextContent
 
 from harmony_responses.render import render_request
 from harmony_responses.render._cache import MessageCache
@@ -94,3 +94,27 @@ def test_the_cache_stays_within_its_token_budget_and_keeps_recent_messages() -> 
     hits = cache.hits
     assert cache.render(encoding, last) == encoding.render(last)
     assert cache.hits == hits + 1  # the most recent message is still there
+
+
+def test_messages_that_differ_in_one_field_each_get_their_own_tokens() -> None:
+    """The cache's key for a text message is its fields, not its JSON: each field must tell messages apart."""
+
+    def text(role: Role = Role.ASSISTANT, name: str | None = None) -> Message:
+        return Message.from_author_and_content(Author(role=role, name=name), "same words")
+
+    variants = [
+        text(),
+        text(Role.USER),
+        text(Role.TOOL, name="functions.lookup"),
+        text(Role.TOOL, name="browser.search"),
+        text().with_channel("analysis"),
+        text().with_channel("final"),
+        text().with_channel("commentary").with_recipient("functions.lookup"),
+        text().with_channel("commentary").with_recipient("functions.lookup").with_content_type("<|constrain|>json"),
+        Message.from_role_and_contents(Role.ASSISTANT, [TextContent(text="same "), TextContent(text="words")]),
+    ]
+    cache = MessageCache()
+    encoding = load_encoding()
+    for message in variants + variants:  # the second round from the cache
+        assert cache.render(encoding, message) == encoding.render(message)
+    assert cache.hits == len(variants)
