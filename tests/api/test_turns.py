@@ -204,3 +204,47 @@ def test_a_start_past_its_limit_is_still_not_held_before_its_first_delta(monkeyp
     anyio.run(main)
     # About 0.05 s after the newer request arrived; held, it would come when that start ends (0.2 s).
     assert times["slow"] - times["newer"] < 0.12
+
+
+def test_streams_held_through_the_lane_stay_held_until_its_last_requests_have_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the lane drains, its last requests are still starting: the streams held meanwhile wait for their
+    first deltas too (START_LIMIT at most). Woken as the lane drained, a few hundred held streams would each
+    run a batch (a big read after the hold) in the loop turn those requests' first chunks wait behind."""
+    monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
+    monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 4 * 0.3)
+    monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 15 of them, 0.45 s
+    old_writes: list[float] = []
+    let_in: list[float] = []
+    first_deltas: list[float] = []
+
+    async def old_send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message["body"]:
+            old_writes.append(anyio.current_time())
+
+    async def new_send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and b".delta\n" in message["body"]:
+            first_deltas.append(anyio.current_time())
+
+    async def laned(scope: Any, receive: Any, send: Any) -> None:
+        await _turns.enter_lane()
+        let_in.append(anyio.current_time())
+        await RunResponse(Run(1, start_delay=0.1), stream=True)(scope, receive, send)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(FirstTokensFirst(RunResponse(Run(200_000), stream=True)), SCOPE, _receive, old_send)
+            while len(old_writes) < 5:
+                await anyio.sleep(0)
+            for _ in range(15):
+                group.start_soon(FirstTokensFirst(laned), SCOPE, _receive, new_send)
+            while len(first_deltas) < 15:
+                await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+    # From before the last request was let in (the lane drained as it was) to its first delta: none.
+    before_last, last_first = sorted(let_in)[-2], max(first_deltas)
+    assert before_last - min(let_in) > _turns.START_LIMIT  # the old stream's hold went on through the queue
+    assert [t for t in old_writes if before_last <= t <= last_first] == []

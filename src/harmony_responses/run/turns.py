@@ -157,11 +157,13 @@ class Traffic:
                 self._overloaded_since = None
             if now < self._free_until or not self.lane.queued:
                 return
-            # Requests still wait in the lane: wake when none is starting, when the last of them is let in, or
-            # when the overload rule frees the flowing streams, and not every START_LIMIT meanwhile (a few
-            # hundred held streams woke thousands of times during a burst of 256, for nothing).
+            # Requests still wait in the lane: wake when none is starting, or when the overload rule frees the
+            # flowing streams, and not every START_LIMIT meanwhile (a few hundred held streams woke thousands of
+            # times during a burst of 256, for nothing). Not when the lane drains: its last requests are still
+            # starting then, and every stream held through it would run a batch (a big read after a hold) in the
+            # loop turn their first chunks wait behind.
             free_in = self._overloaded_since + OVERLOAD_SPAN - now
-            await asyncio.wait((clear, self.lane.drained()), timeout=max(free_in, 0.001))
+            await asyncio.wait((clear,), timeout=max(free_in, 0.001))
 
     def _started(self) -> None:
         self.starting -= 1
@@ -206,7 +208,7 @@ _COLLECTIONS = _Collections()
 class _Lane:
     """One event loop's start lane (the module docstring)."""
 
-    __slots__ = ("_cost", "_drained", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
+    __slots__ = ("_cost", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -218,25 +220,14 @@ class _Lane:
         self._let_in_at: float | None = None  # when the last ones were let in, while requests queue
         self._work = 0.0  # the start work measured since then
         self._cost = LANE_FIRST_COST  # one start's work, a moving average
-        self._drained: asyncio.Future[None] | None = None  # done when the queue is next empty
 
     @property
     def queued(self) -> bool:
         """Whether requests are waiting to start."""
         return bool(self._queue)
 
-    def drained(self) -> asyncio.Future[None]:
-        """A future done once no request waits any more (at once if none does)."""
-        if self._drained is None or self._drained.done():
-            self._drained = self._loop.create_future()
-            if not self._queue:
-                self._drained.set_result(None)
-        return self._drained
-
     def _emptied(self) -> None:
         _COLLECTIONS.release()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
 
     async def enter(self) -> None:
         if not self._inside and not self._queue and not self._reopening:
