@@ -25,8 +25,8 @@ connection is not read meanwhile (engine/_reading.py): read, a few hundred held 
 took most of each loop turn between two starts. A producer whose batch came after a wait for its engine (a
 paced engine) is held only while requests wait in the start lane: otherwise it costs the loop little, and
 holding it would only delay its tokens. ``START_LIMIT`` bounds what a slow
-start (a long prefill on the engine) can cost the others, and under lasting overload (requests arriving,
-and faster than they start) flowing streams still get a fifth of the loop (``Traffic.hold``). A starting
+start (a long prefill on the engine) can cost the others, and under lasting overload (requests arriving
+faster than they start) flowing streams still get a fifth of the loop (``Traffic.hold``). A starting
 request's own producer yields after every batch that came right behind another, so that its writer sends
 the first delta as soon as it exists rather than after up to ``YIELD_INTERVAL`` of the tokens behind it.
 
@@ -102,20 +102,19 @@ _LANE_QUEUE = QUEUE_DEPTH.labels("start_lane")
 # faster than they start for longer than this: reference cycles must still be collected).
 GC_DEFER_LIMIT = 0.5
 # How long holds may keep running out (requests arriving faster than they start) before the flowing
-# streams get START_LIMIT free of holds, if requests are still arriving (one within the last START_LIMIT).
+# streams get START_LIMIT free of holds.
 OVERLOAD_SPAN = 4 * START_LIMIT
 
 
 class Traffic:
     """One event loop's starting requests."""
 
-    __slots__ = ("__weakref__", "_clear", "_free_until", "_overloaded_since", "arrived", "lane", "starting")
+    __slots__ = ("__weakref__", "_clear", "_free_until", "_overloaded_since", "lane", "starting")
 
     _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Traffic] = weakref.WeakKeyDictionary()
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.starting = 0
-        self.arrived = 0.0  # (monotonic) when the last request arrived
         self._clear: asyncio.Future[None] | None = None  # done when no request is starting
         self._free_until = 0.0  # (monotonic) no one is held before this
         self._overloaded_since: float | None = None  # since when holds have been running out
@@ -138,15 +137,11 @@ class Traffic:
 
         Holds that keep running out mean requests arrive faster than they start (the process is
         overloaded). A burst of them (64 requests 2 ms apart) still gets the loop first, but after
-        ``OVERLOAD_SPAN`` of it, while requests are still arriving, the streams already flowing get
-        ``START_LIMIT`` free of holds, so that they keep a fifth of the loop instead of one batch per hold. A
-        burst that has stopped arriving is a queue that only shrinks, and is started to its end first: freed
-        in the middle of it (a burst of 256 takes longer than ``OVERLOAD_SPAN`` to start), a few hundred
-        streams made loop turns of hundreds of milliseconds in front of its last starts (first-token p99
-        0.4-0.78 s, against 0.25-0.31 s started to the end). While the lane has a queue its starts are going
-        on, one after another: a hold that ran out would give the loop one batch of a flowing stream
-        (hundreds of tokens after a fast engine's read, a millisecond), and a burst of 256 lost most of the
-        loop to those between its starts.
+        ``OVERLOAD_SPAN`` of it the streams already flowing get ``START_LIMIT`` free of holds, so that
+        they keep a fifth of the loop instead of one batch per hold. While the lane has a queue its starts
+        are going on, one after another: a hold that ran out would give the loop one batch of a flowing
+        stream (hundreds of tokens after a fast engine's read, a millisecond), and a burst of 256 lost most
+        of the loop to those between its starts.
         """
         if self._clear is None or self._clear.done():
             self._clear = asyncio.get_running_loop().create_future()
@@ -157,19 +152,18 @@ class Traffic:
             now = time.monotonic()
             if self._overloaded_since is None:
                 self._overloaded_since = now - START_LIMIT
-            elif now - self._overloaded_since >= OVERLOAD_SPAN and now - self.arrived < START_LIMIT:
+            elif now - self._overloaded_since >= OVERLOAD_SPAN:
                 self._free_until = now + START_LIMIT
                 self._overloaded_since = None
             if now < self._free_until or not self.lane.queued:
                 return
-            # Requests still wait in the lane: wake when none is starting, or when the overload rule may free the
-            # flowing streams (at the end of its span; past it, every START_LIMIT while no request arrives), and
-            # not every START_LIMIT before (a few hundred held streams woke thousands of times during a burst of
-            # 256, for nothing). Not when the lane drains: its last requests are still starting then, and every
-            # stream held through it would run a batch (a big read after a hold) in the loop turn their first
-            # chunks wait behind.
+            # Requests still wait in the lane: wake when none is starting, or when the overload rule frees the
+            # flowing streams, and not every START_LIMIT meanwhile (a few hundred held streams woke thousands of
+            # times during a burst of 256, for nothing). Not when the lane drains: its last requests are still
+            # starting then, and every stream held through it would run a batch (a big read after a hold) in the
+            # loop turn their first chunks wait behind.
             free_in = self._overloaded_since + OVERLOAD_SPAN - now
-            await asyncio.wait((clear,), timeout=free_in if free_in > 0 else START_LIMIT)
+            await asyncio.wait((clear,), timeout=max(free_in, 0.001))
 
     def _started(self) -> None:
         self.starting -= 1
@@ -304,7 +298,6 @@ class Start:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
         self.traffic.starting += 1
-        self.traffic.arrived = time.monotonic()
         _STARTING.inc()
         self.active = True
         self.delivered = False
