@@ -293,7 +293,7 @@ class Start:
     ``START_LIMIT`` before it, behind a queue of requests or a slow engine, must not then wait behind the
     others' starts."""
 
-    __slots__ = ("active", "asked", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_on_end", "_timer")
+    __slots__ = ("active", "delivered", "traffic", "_in_lane", "_let_in", "_loop", "_on_end", "_timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.traffic = Traffic.of(loop)
@@ -301,10 +301,9 @@ class Start:
         _STARTING.inc()
         self.active = True
         self.delivered = False
-        self.asked = False  # it has asked for the start lane: once is all it gets
         self._loop = loop
         self._in_lane = False
-        self._let_in = 0.0
+        self._let_in = 0.0  # (monotonic) when the lane let it in; 0: not yet
         self._on_end: Callable[[], None] | None = None
         # START_LIMIT from arrival until the request asks for the lane (a body that trickles in must not
         # count as starting for long), none while it waits there, then START_LIMIT from when it is let in.
@@ -312,10 +311,9 @@ class Start:
 
     async def enter_lane(self) -> None:
         """Wait for the start lane to let this request in (the module docstring), in arrival order; at once
-        if it has asked before (let in early, its start is the rest of what it does there)."""
-        if self.asked:
+        if it was let in before (early, http/first_tokens.py: its start is the rest of what it does there)."""
+        if self._let_in:
             return
-        self.asked = True
         self._timer.cancel()
         await self.traffic.lane.enter()
         self._let_in = time.monotonic()
