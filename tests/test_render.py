@@ -600,6 +600,31 @@ def test_a_message_followed_by_a_call_is_a_preamble_with_or_without_phase() -> N
     assert answered == user("Go") + "<|start|>assistant<|channel|>final<|message|>Hi.<|end|>" + START
 
 
+@pytest.mark.parametrize("phase", [None, "commentary"])
+def test_a_message_between_a_call_and_its_output_is_the_calls_preamble(phase: str | None) -> None:
+    """Haystack resends a turn as reasoning, call, preamble, output: the same prompt as in the model's order."""
+    question = {"role": "user", "content": "Go"}
+    reasoning = {"type": "reasoning", "id": "rs_1", "content": [{"type": "reasoning_text", "text": "Need it."}]}
+    preamble: dict[str, Any] = {"role": "assistant", "content": "Checking."}
+    if phase is not None:
+        preamble["phase"] = phase
+    call = {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "a", "output": "1"}
+    written = history_of([question, reasoning, preamble, call, output])
+    assert "<|channel|>commentary<|message|>Checking." in written and "Need it." in written
+    assert history_of([question, reasoning, call, preamble, output]) == written
+
+    # Two calls of one turn, the preamble after both: it comes before the first, as the model wrote it.
+    second = {"type": "function_call", "call_id": "b", "name": "g", "arguments": "{}"}
+    second_output = {"type": "function_call_output", "call_id": "b", "output": "2"}
+    both = history_of([question, reasoning, preamble, call, second, output, second_output])
+    assert history_of([question, reasoning, call, second, preamble, output, second_output]) == both
+
+    # A message after a call that its output does not follow is not that call's preamble.
+    unanswered = history_of([question, reasoning, call, {"role": "assistant", "content": "Done."}])
+    assert unanswered.endswith("<|start|>assistant<|channel|>final<|message|>Done.<|end|>" + START)
+
+
 def test_web_search_calls_render_as_browser_calls() -> None:
     items = [
         {"role": "user", "content": "news?"},

@@ -5,7 +5,7 @@ that its engine (``frameworks.PromptRecorder``) can keep every prompt's token id
 
 Each framework resends the history of a tool turn in its own shape (the openai SDK as the items it got,
 LangChain's content blocks, LiteLLM's chat-completions bridge, pydantic-ai's message parts, the Vercel AI
-SDK's and openai-node's, run by node). Whatever the
+SDK's and openai-node's, run by node; haystack's reasoning, call, preamble, output). Whatever the
 shape, the second engine call must read the turn as the model wrote it: its reasoning, its preamble on
 commentary, its call's arguments byte for byte, then the tool's result (``frameworks.HISTORY``). Before
 issue 14 the same turn rendered to 179 tokens through LangChain streaming and LiteLLM (reasoning lost) and
@@ -33,7 +33,7 @@ from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
 
 from .conftest import ALLOW_MISSING_ENV, REPO
-from .frameworks import ANSWER, HISTORY, MODEL, QUESTION, REASONING, TOOL_OUTPUT, PromptRecorder
+from .frameworks import ANSWER, HISTORY, MODEL, PREAMBLE, QUESTION, REASONING, TOOL_OUTPUT, PromptRecorder
 
 # LiteLLM fetches its model price list from GitHub at import unless told to use the copy it ships.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -283,6 +283,43 @@ def test_pydantic_ai_failed_response_raises(start: Start) -> None:
     _, live = start(failing_engine())
     with pytest.raises(ModelHTTPError, match="GPU on fire"):
         _run_agent(live)
+
+
+# ---------------------------------------------------------------------------------------------- haystack
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
+def test_haystack_tool_round_trip(start: Start, streaming: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Haystack resends the turn as reasoning, call, then the preamble (without phase), then the call's output.
+    monkeypatch.setenv("HAYSTACK_TELEMETRY_ENABLED", "False")
+    from haystack.components.generators.chat import OpenAIResponsesChatGenerator
+    from haystack.dataclasses import ChatMessage
+    from haystack.tools import Tool
+    from haystack.utils import Secret
+
+    recorder, live = start()
+    tool = Tool(
+        name="get_weather",
+        description=TOOL["description"],
+        parameters=TOOL["parameters"],
+        function=lambda city: TOOL_OUTPUT,
+    )
+    generator = OpenAIResponsesChatGenerator(
+        api_key=Secret.from_token("unused"),
+        model=MODEL,
+        api_base_url=live.base_url,
+        tools=[tool],
+        max_retries=0,
+        streaming_callback=(lambda chunk: None) if streaming else None,
+    )
+    messages = [ChatMessage.from_user(QUESTION)]
+    (reply,) = generator.run(messages=messages)["replies"]
+    assert reply.text == PREAMBLE and reply.reasoning is not None
+    (call,) = reply.tool_calls
+    messages += [reply, ChatMessage.from_tool(tool_result=TOOL_OUTPUT, origin=call)]
+    (answer,) = generator.run(messages=messages)["replies"]
+    assert answer.text == ANSWER
+    assert_model_read_the_turn_as_written(recorder)
 
 
 # ---------------------------------------------------------------------------------------------- Vercel AI SDK

@@ -8,7 +8,9 @@ Owns the item mapping and the chain-of-thought rule:
   tool call follows in the same turn (the next item that is not reasoning or another such message is a call)
   is a preamble too: that is how the model wrote it, since a final answer ends the turn. pydantic-ai, llm,
   llama-index and haystack resend preambles so, and rendering them as final answers would also drop the
-  turn's reasoning (below).
+  turn's reasoning (below). An assistant message without phase (or on commentary) between calls and their
+  output is those calls' preamble, rendered before them: the model writes nothing between a call and its
+  result, and haystack resends a turn as reasoning, call, preamble, output (``_preambles_first``).
 - Text parts of one message (``input_text``/``output_text``/``text``, and ``refusal`` on assistant
   messages) are joined with ``"\\n"``, so that separately sent blocks (Codex sends its environment context
   and the prompt as separate parts) stay on separate lines; the same join applies to function outputs,
@@ -200,6 +202,56 @@ _CALLS = frozenset(
 )
 
 
+# Calls whose result comes back as an item of its own, and that item's type.
+_OUTPUTS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "tool_search_call": "tool_search_output",
+}
+
+
+def _is_preamble_like(item: dict[str, Any], kind: str) -> bool:
+    return kind == "message" and item.get("role") == "assistant" and item.get("phase") in (None, "commentary")
+
+
+def _preambles_first(typed: list[tuple[dict[str, Any], str, Location]]) -> list[tuple[dict[str, Any], str, Location]]:
+    """The items with each preamble sent between calls and their output moved before those calls.
+
+    A run of calls followed by assistant messages (no phase, or commentary) and then the output of one of
+    those calls: the messages are the calls' preamble, which the model wrote before the first of them.
+    """
+    ordered: list[tuple[dict[str, Any], str, Location]] = []
+    run_start: int | None = None  # where in `ordered` the current run of calls begins
+    run_calls: set[str] = set()  # the run's call ids
+    index = 0
+    while index < len(typed):
+        item, kind, _ = typed[index]
+        if kind in _OUTPUTS:
+            if run_start is None:
+                run_start = len(ordered)
+            call_id = item.get("call_id")
+            if isinstance(call_id, str):
+                run_calls.add(call_id)
+            ordered.append(typed[index])
+            index += 1
+            continue
+        if run_start is not None and _is_preamble_like(item, kind):
+            end = index
+            while end < len(typed) and _is_preamble_like(typed[end][0], typed[end][1]):
+                end += 1
+            if end < len(typed):
+                after, after_kind, _ = typed[end]
+                if after_kind in _OUTPUTS.values() and after.get("call_id") in run_calls:
+                    ordered[run_start:run_start] = typed[index:end]
+                    run_start += end - index
+                    index = end
+                    continue
+        run_start, run_calls = None, set()
+        ordered.append(typed[index])
+        index += 1
+    return ordered
+
+
 def _preambles(typed: list[tuple[dict[str, Any], str, Location]]) -> set[int]:
     """Indices of assistant messages that are preambles: ``phase: "commentary"``, or no phase and a call next."""
     found: set[int] = set()
@@ -349,6 +401,7 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
         if not isinstance(item, dict):
             raise _error(loc, "", f"Invalid type for '{loc.path}': expected an object.", "invalid_type")
         typed.append((item, _item_type(item, loc), loc))
+    typed = _preambles_first(typed)
 
     # Reasoning is kept only after the last user message or final answer: the unfinished turn.
     preambles = _preambles(typed)
