@@ -39,3 +39,45 @@ def test_help_shows_every_declared_option_and_its_environment_twin() -> None:
         assert option.flag in text
         if option.env_name is not None:
             assert option.env_name in text
+
+
+def _help_sections() -> dict[str, dict[str, str]]:
+    """``harmony-responses serve --help`` as the user sees it: heading → flag → the flag's whole entry."""
+    import os
+    import subprocess
+    import sys
+
+    binary = Path(sys.executable).parent / "harmony-responses"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARMONY_RESPONSES_")} | {"COLUMNS": "100"}
+    text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, env=env, check=True).stdout
+    sections: dict[str, dict[str, str]] = {}
+    heading = flag = ""
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            heading, flag = line[:-1], ""
+            sections[heading] = {}
+        elif line.startswith("  --"):
+            flag = line.split()[0]
+            sections[heading][flag] = line.strip()
+        elif line.startswith("   ") and flag:
+            sections[heading][flag] += " " + line.strip()
+        else:
+            flag = ""
+    return sections
+
+
+def test_help_lists_each_option_under_its_group_with_its_default_and_a_named_value() -> None:
+    from harmony_responses.serve.options import GROUPS, OPTIONS
+
+    sections = _help_sections()
+    assert [name for name in sections if name != "options"] == [group.name for group in GROUPS]
+    for option in OPTIONS:
+        entry = sections[option.group].get(option.flag)
+        assert entry is not None, f"{option.flag} is not under {option.group}:"
+        if option.default is not None:
+            assert f"(default: {option.default};" in entry, entry
+        if not option.switch:
+            value = entry.split()[1]
+            # argparse's own placeholder is the dest in capitals (--context-window CONTEXT_WINDOW).
+            assert value not in (option.name.upper(), option.key.replace("-", "_").upper()), entry
+            assert value == option.metavar or value.startswith("{"), entry

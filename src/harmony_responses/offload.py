@@ -30,4 +30,30 @@ async def offload(func: Callable[..., T], *args: object) -> T:
     limiter = _limiters.get(loop)
     if limiter is None:
         limiter = _limiters[loop] = anyio.CapacityLimiter(1)
-    return await anyio.to_thread.run_sync(func, *args, limiter=limiter)
+    outcome = await anyio.to_thread.run_sync(_outcome, func, args, limiter=limiter)
+    if not isinstance(outcome, _Raised):
+        return outcome
+    error = outcome.error
+    del outcome
+    # Raised from here, not through anyio's future: that future is a local of a frame on the traceback and
+    # holds the exception, a reference cycle that kept a refused request's whole prompt (a frame on the
+    # traceback holds its rendered tokens) alive until the collector's next full pass. Dropping our own
+    # reference as it propagates (as concurrent.futures does) leaves none.
+    try:
+        raise error
+    finally:
+        del error
+
+
+class _Raised:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _outcome(func: Callable[..., T], args: tuple[object, ...]) -> T | _Raised:
+    try:
+        return func(*args)
+    except Exception as exc:  # BaseException (a cancellation) goes through anyio as it is
+        return _Raised(exc)

@@ -29,7 +29,7 @@ from .app import create_app, web_search_from_config
 from .config import DEFAULT_MODELS, Config
 from .config_file import apply_config_file
 from .engines import build_engines, describe_engines, split_engine_values
-from .options import BY_NAME, ENV_PREFIX, OPTIONS, env_list
+from .options import BY_NAME, ENV_PREFIX, GROUPS, OPTIONS, env_list
 
 __all__ = ["add_serve_arguments", "banner", "config_from_args", "configure_logging", "run_server", "serve"]
 
@@ -40,9 +40,12 @@ SHUTDOWN_BACKSTOP = 5.0
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``serve``'s options to ``parser`` and make ``serve`` its handler."""
+    """Add ``serve``'s options to ``parser``, under their groups' headings, and make ``serve`` its handler."""
+    # The options are listed under their headings: a usage line naming each of them would be 30 lines long.
+    parser.usage = "%(prog)s [options]"
+    groups = {group.name: parser.add_argument_group(group.name, group.about) for group in GROUPS}
     for option in OPTIONS:
-        option.add_to(parser)
+        option.add_to(groups[option.group])
     parser.set_defaults(handler=serve)
 
 

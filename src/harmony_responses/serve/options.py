@@ -8,7 +8,10 @@ wins over its variable, which wins over the default. Repeatable flags take a com
 variable. Defaults are written as text, as a user would type them: argparse applies ``type`` to a text
 default too, so a bad environment variable gets the same clean error as a bad flag.
 
-Run ``python -m harmony_responses.serve.options`` to print the README's table.
+Each option belongs to one of ``GROUPS`` (server, engines, …): ``--help`` shows them under its heading, with
+its default and a name for its value (``TOKENS``, ``SECONDS``), and the README has a table per group.
+
+Run ``python -m harmony_responses.serve.options`` to print the README's tables.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MODELS",
     "ENV_PREFIX",
+    "GROUPS",
     "OPTIONS",
+    "Group",
     "Option",
     "env_value",
     "given_on_command_line",
@@ -77,16 +82,38 @@ def _lower(text: str) -> str:
     return text.lower()
 
 
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A heading of ``--help`` and of the README's options tables."""
+
+    name: str
+    about: str
+
+
+GROUPS: tuple[Group, ...] = (
+    Group("server", "where it listens, who may call it, how it stops"),
+    Group("engines", "which engine serves which model name, and how it is reached"),
+    Group("prompt", "what every prompt says, and what answers carry"),
+    Group("limits", "what one request or connection may take"),
+    Group("state", "where responses and conversations are kept, and the key that seals reasoning"),
+    Group("tools", "the built-in tools: MCP servers, web search, the code interpreter"),
+    Group("logging", "what the log says, and in which format"),
+)
+_GROUP_NAMES = tuple(group.name for group in GROUPS)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Option:
     """One option.
 
     Args:
         flag: the command-line flag (``--engine-url``).
+        group: the ``GROUPS`` heading it is listed under.
         help: what it means, in one sentence for ``--help`` and the README.
         type: text → value (argparse's ``type``); None: the text as it is.
         default: the default as text (None: unset).
-        metavar: the value's name in ``--help``.
+        metavar: the value's name in ``--help`` (``SECONDS``); every option that takes a value other than
+            one of ``choices`` has one.
         choices: the values allowed.
         repeatable: the flag may be given several times (its variable: comma-separated).
         switch: a flag without a value (its variable: ``1``, ``true`` or ``yes``).
@@ -95,6 +122,7 @@ class Option:
     """
 
     flag: str
+    group: str
     help: str
     type: Callable[[str], Any] | None = None
     default: str | None = None
@@ -104,6 +132,11 @@ class Option:
     switch: bool = False
     dest: str | None = None
     env: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.group in _GROUP_NAMES, f"{self.flag}: group {self.group!r} is not one of {_GROUP_NAMES}"
+        # argparse would show the dest in capitals (CONTEXT_WINDOW), which says nothing of the value.
+        assert self.switch or self.metavar or self.choices, f"{self.flag}: name its value (metavar)"
 
     @property
     def name(self) -> str:
@@ -118,11 +151,14 @@ class Option:
         """Its key in a config file: the flag as written, without ``--`` (``engine-url``)."""
         return self.flag.removeprefix("--")
 
-    def add_to(self, parser: argparse.ArgumentParser) -> None:
-        """Add this option to ``parser``, its default taken from the environment when set there."""
-        help_text = self.help
+    def add_to(self, parser: argparse._ActionsContainer) -> None:
+        """Add this option to ``parser`` (or an argument group), its default taken from the environment when set
+        there; its help says the declared default and the variable."""
+        notes = [f"default: {self.default}"] if self.default is not None else []
         if self.env_name is not None:
-            help_text += f" (env {self.env_name}{', comma-separated' if self.repeatable else ''})"
+            notes.append(f"env {self.env_name}{', comma-separated' if self.repeatable else ''}")
+        # argparse formats help with %: a literal one must be doubled.
+        help_text = (self.help + (f" ({'; '.join(notes)})" if notes else "")).replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": self.name, "help": help_text}
         if self.switch:
             kwargs.update(action=_GivenTrue, default=env_value(self) in ("1", "true", "yes"))
@@ -201,14 +237,16 @@ _ENGINE_DEFAULTS = EngineOptions()
 OPTIONS: tuple[Option, ...] = (
     Option(
         flag="--config",
+        group="server",
         metavar="PATH",
         help="a TOML file of these options, each under its flag's name without '--' (engine-url = \"...\"; "
         "repeatable ones as arrays, switches as true/false); the command line and the environment win over it",
     ),
-    Option(flag="--host", default="127.0.0.1", help="address to listen on"),
-    Option(flag="--port", type=_port, default="8000", help="port (0: any free one)"),
+    Option(flag="--host", group="server", metavar="ADDRESS", default="127.0.0.1", help="address to listen on"),
+    Option(flag="--port", group="server", metavar="N", type=_port, default="8000", help="port (0: any free one)"),
     Option(
         flag="--workers",
+        group="server",
         type=_positive_int,
         default="1",
         metavar="N",
@@ -217,6 +255,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--model",
+        group="engines",
         dest="models",
         repeatable=True,
         metavar="NAME",
@@ -226,6 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--engine",
+        group="engines",
         dest="engines",
         repeatable=True,
         default="echo",
@@ -235,11 +275,27 @@ OPTIONS: tuple[Option, ...] = (
         "with it (also when --model does not list NAME), a plain SPEC every other model; repeatable: a NAME "
         "given several times is balanced over its engines as replicas",
     ),
-    Option(flag="--engine-url", metavar="URL", help="the HTTP engine's base URL (default: its usual local port)"),
-    Option(flag="--engine-model", metavar="NAME", help="the engine's model name (default: the one it serves)"),
-    Option(flag="--engine-api-key", metavar="KEY", help="bearer token for an engine started with an API key"),
+    Option(
+        flag="--engine-url",
+        group="engines",
+        metavar="URL",
+        help="the HTTP engine's base URL (default: its usual local port)",
+    ),
+    Option(
+        flag="--engine-model",
+        group="engines",
+        metavar="NAME",
+        help="the engine's model name (default: the one it serves)",
+    ),
+    Option(
+        flag="--engine-api-key",
+        group="engines",
+        metavar="KEY",
+        help="bearer token for an engine started with an API key",
+    ),
     Option(
         flag="--engine-connect-timeout",
+        group="engines",
         type=_seconds,
         default=str(_ENGINE_DEFAULTS.connect_timeout),
         metavar="SECONDS",
@@ -247,6 +303,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--engine-first-token-timeout",
+        group="engines",
         type=_seconds,
         default=str(_ENGINE_DEFAULTS.first_token_timeout),
         metavar="SECONDS",
@@ -254,6 +311,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--engine-stall-timeout",
+        group="engines",
         type=_seconds,
         default=str(_ENGINE_DEFAULTS.stall_timeout),
         metavar="SECONDS",
@@ -261,6 +319,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--engine-max-connections",
+        group="engines",
         type=_positive_int,
         default=str(_ENGINE_DEFAULTS.max_connections),
         metavar="N",
@@ -268,6 +327,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--engine-start-wait",
+        group="engines",
         type=_seconds_or_zero,
         default="0",
         metavar="SECONDS",
@@ -275,11 +335,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--record",
+        group="engines",
         metavar="PATH",
         help="append every engine call to PATH in the replay format ('replay:PATH' plays it back)",
     ),
     Option(
         flag="--api-key",
+        group="server",
         dest="api_keys",
         repeatable=True,
         metavar="KEY",
@@ -287,15 +349,17 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--allowed-host",
+        group="server",
         dest="allowed_hosts",
         repeatable=True,
         metavar="NAME",
         help="on a loopback bind, also answer requests whose Host is NAME (a reverse proxy's name; '*': any); "
         "other names get 400, so that a web page cannot reach the server through DNS rebinding; repeatable",
     ),
-    Option(flag="--log-level", type=_lower, choices=LOG_LEVELS, default="info", help="log level"),
+    Option(flag="--log-level", group="logging", type=_lower, choices=LOG_LEVELS, default="info", help="log level"),
     Option(
         flag="--log-format",
+        group="logging",
         type=_lower,
         choices=LOG_FORMATS,
         default="text",
@@ -304,18 +368,23 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--context-window",
+        group="limits",
+        metavar="TOKENS",
         type=_positive_int,
         default=str(DEFAULT_CONTEXT_WINDOW),
         help="prompt plus output tokens the engine accepts",
     ),
     Option(
         flag="--max-body-bytes",
+        group="limits",
+        metavar="BYTES",
         type=_positive_int,
         default=str(DEFAULT_MAX_BODY_BYTES),
         help="larger request bodies get 413",
     ),
     Option(
         flag="--head-timeout",
+        group="limits",
         type=_seconds,
         default="20",
         metavar="SECONDS",
@@ -323,6 +392,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--body-timeout",
+        group="limits",
         type=_seconds,
         default="60",
         metavar="SECONDS",
@@ -330,26 +400,36 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--shutdown-grace",
+        group="server",
         type=_seconds_or_zero,
         default="10",
         metavar="SECONDS",
         help="on SIGTERM or Ctrl-C, let running responses go on for this long, then end them failed (their "
         "clients are told why) and exit",
     ),
-    Option(flag="--current-date", metavar="YYYY-MM-DD", help="date written into every prompt (default: today, UTC)"),
+    Option(
+        flag="--current-date",
+        group="prompt",
+        metavar="YYYY-MM-DD",
+        help="date written into every prompt (default: today, UTC)",
+    ),
     Option(
         flag="--knowledge-cutoff",
+        group="prompt",
         default="2024-06",
         metavar="YYYY-MM",
         help="the model's knowledge cutoff, written into every prompt",
     ),
     Option(
         flag="--secret-key",
+        group="state",
+        metavar="KEY",
         help="key for reasoning.encrypted_content blobs (default: one generated at the first start and kept in the "
         "store, so every process sharing the store opens every blob, also after a restart)",
     ),
     Option(
         flag="--reasoning-summaries",
+        group="prompt",
         choices=REASONING_SUMMARY_SOURCES,
         default="reasoning",
         help="what a request asking for reasoning.summary gets: 'reasoning' streams each reasoning item's own text "
@@ -358,6 +438,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--mcp-allowed-hosts",
+        group="tools",
         metavar="HOSTS",
         help="comma-separated hosts that request MCP server_urls may reach, trusted wherever they resolve "
         "(example.com, *.example.com, host:port, *: any); default: public hosts only (internal addresses are "
@@ -365,6 +446,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--mcp-server",
+        group="tools",
         dest="mcp_servers",
         repeatable=True,
         env=False,
@@ -374,11 +456,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--mcp-config",
+        group="tools",
         metavar="FILE",
         help='stdio MCP servers from a JSON file: {"mcpServers": {NAME: {"command", "args", "env", "cwd"}}}',
     ),
     Option(
         flag="--mcp-timeout",
+        group="tools",
         type=float,
         default=str(DEFAULT_MCP_TIMEOUT),
         metavar="SECONDS",
@@ -386,28 +470,33 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--search-dir",
+        group="tools",
         metavar="PATH",
         help="folder of Markdown, HTML and text documents that web_search searches (a local SQLite FTS5 index, no "
         "network)",
     ),
     Option(
         flag="--search-backend",
+        group="tools",
         choices=BACKENDS,
         help="web_search backend (default: local with --search-dir, else none: web_search is not offered to the "
         "model); exa reads its key from HARMONY_RESPONSES_SEARCH_API_KEY or EXA_API_KEY",
     ),
     Option(
         flag="--search-base-url",
+        group="tools",
         metavar="URL",
         help="URL prefix of the --search-dir documents (default: their file:// URLs)",
     ),
     Option(
         flag="--search-api-url",
+        group="tools",
         metavar="URL",
         help="address of the online search backend's API (default: the service's own)",
     ),
     Option(
         flag="--code-timeout",
+        group="tools",
         type=_seconds,
         default="60",
         metavar="SECONDS",
@@ -415,12 +504,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--unsafe-code-interpreter",
+        group="tools",
         switch=True,
         help="run code_interpreter code WITHOUT a sandbox when bubblewrap is unavailable: the code can read the "
         "server's files and reach the network",
     ),
     Option(
         flag="--store",
+        group="state",
         default="sqlite",
         metavar="SPEC",
         help="where stored responses and conversations live: 'sqlite' (a file in --data-dir, the default), "
@@ -429,12 +520,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         flag="--data-dir",
+        group="state",
         metavar="DIR",
         help="folder of the SQLite store (default: $XDG_DATA_HOME/harmony-responses or "
         "~/.local/share/harmony-responses)",
     ),
     Option(
         flag="--retention",
+        group="state",
         type=parse_retention,
         default="forever",
         metavar="AGE",
@@ -446,10 +539,14 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME = {option.name: option for option in OPTIONS}
 
 
-def _rows() -> Iterator[str]:
+def _rows(group: Group) -> Iterator[str]:
+    yield f"**{group.name}**: {group.about}"
+    yield ""
     yield "| option | environment | default | meaning |"
     yield "|---|---|---|---|"
     for option in OPTIONS:
+        if option.group != group.name:
+            continue
         flag = f"`{option.flag}{' ' + option.metavar if option.metavar else ''}`"
         env = f"`{option.env_name}`" if option.env_name else "—"
         default = f"`{option.default}`" if option.default is not None else "—"
@@ -458,8 +555,8 @@ def _rows() -> Iterator[str]:
 
 
 def markdown_table() -> str:
-    """The README's table of ``serve``'s options."""
-    return "\n".join(_rows()) + "\n"
+    """The README's tables of ``serve``'s options, one per group."""
+    return "\n\n".join("\n".join(_rows(group)) for group in GROUPS) + "\n"
 
 
 if __name__ == "__main__":  # pragma: no cover
