@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from openai import OpenAI
 
 from harmony_responses.cli import build_parser
+from harmony_responses.engine import engine_from_spec
 from harmony_responses.serve.cli import add_serve_arguments, banner, config_from_args, serve
 from harmony_responses.serve.config import DEFAULT_MODELS
 
@@ -29,9 +31,19 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith("HARMONY_RESPONSES_"):
             monkeypatch.delenv(name)
     config = config_from_args(_parse([]))
-    assert (config.host, config.port, config.engine, config.api_keys) == ("127.0.0.1", 8000, "echo", ())
+    assert (config.host, config.port, config.engine, config.api_keys) == ("127.0.0.1", 8400, "echo", ())
     assert config.models == DEFAULT_MODELS and config.log_level == "info"
     assert config.current_date is None and config.secret_key is None
+
+
+def test_default_port_is_no_engine_s_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server and its engine on one machine, each started on its default port, must not collide (vLLM's
+    # and trtllm-serve's 8000 was once ours too). Besides our engines': TGI/TEI's 3000, LM Studio's 1234,
+    # Ollama's 11434, Triton's 8001/8002.
+    monkeypatch.delenv("HARMONY_RESPONSES_PORT", raising=False)
+    engine_ports = {urlsplit(engine_from_spec(spec).url).port for spec in ("vllm", "sglang", "llamacpp", "trtllm")}
+    assert engine_ports == {8000, 30000, 8080}
+    assert config_from_args(_parse([])).port not in engine_ports | {3000, 1234, 11434, 8001, 8002}
 
 
 def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:

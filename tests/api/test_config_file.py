@@ -75,7 +75,7 @@ def test_flags_win_over_the_environment_which_wins_over_the_file(
     assert (config.port, config.api_keys) == (1234, ("flag-key",))  # flags over file
     assert config.workers == 3 and config.shutdown_grace == 2.5  # the rest still from the file
     # A flag given with the default's value still wins over the file.
-    assert config_from_args(_parse(["--config", path, "--port", "8000"])).port == 8000
+    assert config_from_args(_parse(["--config", path, "--port", "8400"])).port == 8400
     # The file's own variable.
     monkeypatch.setenv("HARMONY_RESPONSES_CONFIG", path)
     assert config_from_args(_parse([])).workers == 3

@@ -67,7 +67,7 @@ class Config:
     """
 
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = 8400
     workers: int = 1
     models: tuple[str, ...] = DEFAULT_MODELS
     engine: str | None = "echo"

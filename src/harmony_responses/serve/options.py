@@ -243,7 +243,7 @@ OPTIONS: tuple[Option, ...] = (
         "repeatable ones as arrays, switches as true/false); the command line and the environment win over it",
     ),
     Option(flag="--host", group="server", metavar="ADDRESS", default="127.0.0.1", help="address to listen on"),
-    Option(flag="--port", group="server", metavar="N", type=_port, default="8000", help="port (0: any free one)"),
+    Option(flag="--port", group="server", metavar="N", type=_port, default="8400", help="port (0: any free one)"),
     Option(
         flag="--workers",
         group="server",
