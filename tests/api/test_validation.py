@@ -239,6 +239,11 @@ BAD: list[tuple[str, dict[str, Any], int, str | None, str, str]] = [
     ("conversation", {"conversation": "conv_1"}, 404, "conversation", None, "Conversation with id 'conv_1' not found."),
     ("conversation object", {"conversation": {"id": "conv_1"}}, 404, "conversation", None, "Conversation with id 'conv_1'"),
     ("conversation id type", {"conversation": {"id": 1}}, 400, "conversation.id", "invalid_type", ""),
+    # A malformed id is 400, as the API answers; only a well-formed one is looked up (the 404 above).
+    ("conversation id prefix", {"conversation": "1"}, 400, "conversation", "invalid_value",
+     "Invalid 'conversation': '1'. Expected an ID that begins with 'conv_'."),
+    ("conversation object id prefix", {"conversation": {"id": "resp_1"}}, 400, "conversation.id", "invalid_value",
+     "Expected an ID that begins with 'conv_'."),
     ("conversation and previous", {"conversation": "conv_1", "previous_response_id": "resp_x"}, 400, None,
      "mutually_exclusive_parameters", "Mutually exclusive parameters"),
     ("prompt", {"prompt": {"id": "pmpt_1"}}, 400, "prompt", "unsupported_parameter", ""),

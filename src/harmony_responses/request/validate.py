@@ -630,6 +630,16 @@ def check_id(value: object, param: str) -> str:
     raise APIError(f"Invalid '{param}': {problem}.", param=param, code="invalid_value")
 
 
+def _check_conversation_id(value: object, param: str) -> None:
+    # A malformed id is the client's mistake, not a conversation that may have been deleted: 400, as the API
+    # answers, rather than the 404 of an id the store does not hold.
+    check_id(value, param)
+    if not str(value).startswith("conv_"):
+        raise APIError(
+            f"Invalid '{param}': '{value}'. Expected an ID that begins with 'conv_'.", param=param, code="invalid_value"
+        )
+
+
 def _check_later_features(body: Mapping[str, Any]) -> None:
     """State parameters (whether the ids exist is checked against the store, in resolve.py); ``prompt``."""
     previous = _opt_str(body, "previous_response_id")
@@ -649,11 +659,11 @@ def _check_later_features(body: Mapping[str, Any]) -> None:
             conversation = conversation.get("id")
             if conversation is None:
                 raise _missing("conversation.id")
-            check_id(conversation, "conversation.id")
+            _check_conversation_id(conversation, "conversation.id")
         elif not isinstance(conversation, str):
             raise _invalid_type("conversation", "a string or an object", conversation)
         else:
-            check_id(conversation, "conversation")
+            _check_conversation_id(conversation, "conversation")
         if previous is not None:
             raise APIError(
                 "Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' or "
