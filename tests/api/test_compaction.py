@@ -155,6 +155,21 @@ def test_compact_refuses_what_create_refuses(serve: Serve) -> None:
         openai_client(live).responses.compact(model=MODEL, previous_response_id="resp_missing")
 
 
+def test_compact_with_nothing_to_compact_is_a_400_without_an_engine_call(serve: Serve) -> None:
+    model = Scripted(SUMMARY_COMPLETION)
+    live = serve(model.engine)
+    client = openai_client(live)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.compact(model=MODEL)
+    assert raised.value.param == "input" and raised.value.code == "missing_required_parameter"
+    error = _error(httpx.post(f"{live.base_url}/responses/compact", json={"model": MODEL, "input": []}), "input")
+    assert "nothing to compact" in error["message"]
+    conversation = client.conversations.create()
+    with pytest.raises(openai.BadRequestError):
+        client.responses.compact(model=MODEL, extra_body={"conversation": conversation.id})
+    assert model.requests == []
+
+
 # ------------------------------------------------------------------------------------ what a compaction item is
 
 

@@ -212,11 +212,20 @@ class Server:
 
         Raises:
             EngineError: the engine cannot take the summary's call (503).
-            APIError: what create refuses before it runs; 500 when the model's summary failed.
+            APIError: what create refuses before it runs; 400 for nothing to compact (no input, no previous
+                response, an empty conversation); 500 when the model's summary failed.
         """
         assert self.vocab is not None, "Server.start() has not run"
         if self.closing:
             raise shutting_down()
+        if not request.model_request.get("input"):
+            # A summary of nothing would still cost an engine call (and the model would invent one).
+            raise APIError(
+                "Missing required parameter: 'input'. There is nothing to compact: send the conversation as "
+                "'input', or name it with 'previous_response_id' (or a 'conversation' that has items).",
+                param="input",
+                code="missing_required_parameter",
+            )
         response_id = random_id("resp")
         created_at = int(time.time())
         engine, prompting = self.route(request.options.model)
