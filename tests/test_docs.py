@@ -81,3 +81,22 @@ def test_help_lists_each_option_under_its_group_with_its_default_and_a_named_val
             # argparse's own placeholder is the dest in capitals (--context-window CONTEXT_WINDOW).
             assert value not in (option.name.upper(), option.key.replace("-", "_").upper()), entry
             assert value == option.metavar or value.startswith("{"), entry
+
+
+def test_readme_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Path) -> None:
+    import re
+
+    import orjson
+
+    from harmony_responses.engine import load_script
+    from harmony_responses.vocab import load_encoding
+
+    blocks = re.findall(r"^```jsonl\n(.*?)^```$", (ROOT / "README.md").read_text(), re.S | re.M)
+    assert len(blocks) >= 2, "the README's replay format section shows a script and a recorded line"
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"block{i}.jsonl"
+        path.write_text(block)
+        assert load_script(path)
+        for line in block.splitlines():
+            if line.startswith("{") and "text" in (obj := orjson.loads(line)):
+                assert obj["text"] == load_encoding().decode(obj["tokens"])

@@ -62,6 +62,12 @@ def test_ReplayEngine_tokens_line_in_chunks(tmp_path: Path) -> None:
     assert end.reason == "stop"
 
 
+def test_ReplayEngine_plays_a_recorded_lines_ids_not_its_text(tmp_path: Path) -> None:
+    # --record writes the decoded text beside the ids; edited or not, the ids are what plays.
+    engine = ReplayEngine(script(tmp_path, {"text": "<|channel|>final<|message|>Bye<|return|>", "tokens": HI_FINAL}))
+    assert flat(run(engine)[0]) == HI_FINAL
+
+
 def test_ReplayEngine_chunk_larger_than_output(tmp_path: Path) -> None:
     engine = ReplayEngine(script(tmp_path, {"tokens": HI_FINAL, "chunk": 100}))
     assert run(engine)[0] == [HI_FINAL]
@@ -221,7 +227,16 @@ def test_ReplayEngine_logprobs_only_when_asked_and_scripted(tmp_path: Path) -> N
             {"tokens": [1], "delay": 5},
             "unknown field 'delay'; valid fields: "
             '"harmony", "tokens", "chunk", "chunks", "delay_ms", "finish", "error", "logprobs", '
-            '"token_logprobs", "prompt_tokens", "cached_tokens", "refused"',
+            '"token_logprobs", "prompt_tokens", "cached_tokens", "refused", "text"',
+        ),
+        # A recording's text beside its ids is never played: alone it would be mistaken for the output.
+        (
+            {"text": "<|channel|>final<|message|>Hi<|return|>"},
+            '"text" is a string a recording writes beside "tokens" and is never played; script text as "harmony"',
+        ),
+        (
+            {"harmony": "Hi", "text": "Hi"},
+            '"text" is a string a recording writes beside "tokens" and is never played; script text as "harmony"',
         ),
         ({}, 'needs "harmony" (text) or "tokens" (ids); only a line that ends in an error may omit both'),
         ({"harmony": "a", "tokens": [1]}, 'give either "harmony" or "tokens", not both'),

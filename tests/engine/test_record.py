@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from harmony_responses.serve import Config, create_app
+from harmony_responses.vocab import load_encoding
 
 from .fakes import Scenario, VLLMFake, harmony, run_app
 from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, sse_events, stack, without_ids
@@ -65,10 +66,24 @@ def test_record_then_replay_gives_the_same_streams(tmp_path: Path) -> None:
     assert lines[1]["chunks"][-1] == 1  # the <|call|> the engine left out, put back as its own chunk
     assert lines[4]["finish"] == "error" and "CUDA error" in lines[4]["error"]
     assert lines[6] == {"finish": "error", "error": lines[6]["error"], "refused": True}
+    # Each call's output as text beside its ids, so that a recording can be read: first on its line.
+    assert [next(iter(line)) for line in lines[:6]] == ["text"] * 6
+    assert lines[0]["text"] == ANSWER and lines[1]["text"] == CALL_WEATHER
+    cut = lines[4]  # cut by the engine's error
+    assert cut["text"] == load_encoding().decode(cut["tokens"]) and ANSWER.startswith(cut["text"]) and cut["text"]
 
     app = create_app(Config(engine=f"replay:{record}", models=(MODEL,), current_date="2025-06-01"))
     with run_app(app) as root:
         replayed = _session(root)
     assert replayed == recorded
+
+    # A recording made before the text was written (ids only) plays the same; the text is never played.
+    old = tmp_path / "ids-only.jsonl"
+    old.write_text(
+        "".join(orjson.dumps({k: v for k, v in line.items() if k != "text"}).decode() + "\n" for line in lines)
+    )
+    app = create_app(Config(engine=f"replay:{old}", models=(MODEL,), current_date="2025-06-01"))
+    with run_app(app) as root:
+        assert _session(root) == recorded
     assert recorded[2][-1]["response"]["output"][-1]["content"][0]["logprobs"]  # logprobs were replayed too
     assert recorded[6][0] == 503

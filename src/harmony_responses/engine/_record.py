@@ -4,8 +4,10 @@
 saw: the token ids, where each chunk ended, logprobs, the finish reason and message, and the prompt
 and cached token counts. When the call ends it appends one JSON line that ``replay:PATH`` plays back
 exactly (``_replay.py`` documents the fields), so that a session on a real engine can be reproduced
-without one, e.g. from a bug report. A call the engine refused before streaming is written with
-``"refused": true``; a call cut short by the client (disconnect, cancel) is written as an error.
+without one, e.g. from a bug report. The line starts with the ids decoded (``"text"``, special tokens
+written literally), for whoever reads the file; the replay plays the ids, never that text. A call the
+engine refused before streaming is written with ``"refused": true``; a call cut short by the client
+(disconnect, cancel) is written as an error.
 
 Lines are written whole with one ``write`` on a file opened in append mode, so that several servers
 may share one file without interleaving within a line.
@@ -19,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from openai_harmony import HarmonyError
 
 from ..tokens import EngineEnd, TokenChunk, TokenLogprob
+from ..vocab import load_encoding
 from ._base import Engine, EngineError, EngineStream, GenerateRequest
 
 __all__ = ["RecordingEngine"]
@@ -88,7 +92,7 @@ class RecordingEngine(Engine):
             if line is None:  # cut short: the consumer went away, or the engine broke its contract
                 line = {"finish": "error", "error": f"not finished: the call was cancelled after {len(tokens)} tokens"}
             if not line.get("refused"):
-                line = {"tokens": tokens, "chunks": [n for n in chunks if n]} | line
+                line = {**_readable(tokens), "tokens": tokens, "chunks": [n for n in chunks if n]} | line
                 if any_logprobs:
                     line["token_logprobs"] = [
                         None if lp is None else [lp.logprob, [list(p) for p in lp.top]] for lp in logprobs
@@ -103,3 +107,13 @@ class RecordingEngine(Engine):
                 os.write(fd, data)
             finally:
                 os.close(fd)
+
+
+def _readable(tokens: list[int]) -> dict[str, str]:
+    """``{"text": …}``: the ids decoded, lossily (a call cut inside a character still gets its line, and the
+    ids are exact anyway); nothing for ids outside the vocabulary, which a broken engine may send and which
+    the line must still record."""
+    try:
+        return {"text": load_encoding().decode(tokens)}
+    except HarmonyError:
+        return {}

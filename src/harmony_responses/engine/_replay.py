@@ -28,6 +28,9 @@ Fields a recording writes (``--record PATH``, ``_record.py``), so that a session
 - ``"token_logprobs"``: the engine's logprobs, one entry per token: ``[logprob, [[id, logprob], …]]``
   (the top alternatives), or null for a token that had none (a stop id the adapter added). Served,
   cut to the request's ``top_logprobs``, instead of fake ones.
+- ``"text"``: the tokens decoded, special tokens written literally, for a reader of the file; never
+  played (the ids are: a decoded text may have lost a split character or a token's exact spelling), so
+  it is allowed only beside ``"tokens"``.
 - ``"prompt_tokens"``, ``"cached_tokens"``: the counts the engine reported (default: the prompt's
   length, and 0).
 - ``"refused": true``: the engine refused the call before streaming anything (the server answered
@@ -69,6 +72,7 @@ _FIELDS = (
     "prompt_tokens",
     "cached_tokens",
     "refused",
+    "text",
 )
 
 
@@ -120,6 +124,11 @@ def _parse_line(text: str, line: int) -> ScriptedCall:
 
     if "harmony" in obj and "tokens" in obj:
         raise _BadLine('give either "harmony" or "tokens", not both')
+    if "text" in obj and ("tokens" not in obj or not isinstance(obj["text"], str)):
+        # Written by --record beside the ids it decodes; a script's own text is "harmony".
+        raise _BadLine(
+            '"text" is a string a recording writes beside "tokens" and is never played; script text as "harmony"'
+        )
     tokens: tuple[int, ...]
     if "harmony" in obj:
         if not isinstance(obj["harmony"], str):
