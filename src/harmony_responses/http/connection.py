@@ -8,6 +8,12 @@ time a client takes to send a request's head: 300 half-sent requests stayed open
 authentication. A connection whose head is not complete within ``HEAD_TIMEOUT`` is closed. (The body's
 read time is bounded by the endpoint: ``responses.read_json_body``.)
 
+Nor does it bound a head's size: one endless header value sent for 19 s was 92 MB taken in (httptools
+grows the value by concatenation, quadratic CPU), and 100,000 headers were accepted. A head larger than
+``MAX_HEAD_BYTES`` or with more than ``MAX_HEADERS`` fields gets 431, as h11 and node answer; the parser
+holds an unfinished header value out of reach, so what has arrived of a head is counted read by read
+and the answer comes as soon as the bound is passed.
+
 uvicorn writes a response's status line and headers the moment the app starts the response, and its body
 in a write of its own: two socket sends where one would do, and on loopback a send is as costly as the rest
 of a short response's handling. Each request's head is held until the response's first body write and sent
@@ -20,7 +26,7 @@ import asyncio
 from typing import Any
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from ..errors import APIError
@@ -30,6 +36,8 @@ from ..metrics import HTTP_REQUESTS
 __all__ = [
     "DRAIN_EXTENSION",
     "HEAD_TIMEOUT",
+    "MAX_HEADERS",
+    "MAX_HEAD_BYTES",
     "ApiHttpProtocol",
     "ApiWebSocketProtocol",
     "api_http_protocol",
@@ -45,16 +53,31 @@ UNPARSED = "unparsed"
 # Seconds from a connection's start (or from a new request's first byte on a kept-alive connection) to the
 # end of the request's headers: generous for any real client, short for a slowloris.
 HEAD_TIMEOUT = 20.0
+# A request's head: its request line and header fields. Codex's largest is under 2 KiB and a browser's
+# cookies a few KiB; nginx takes 4 × 8 KiB lines by default, Apache 100 fields of 8 KiB, node 16 KiB in all.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing: the protocol answers its ``_refusal`` and closes."""
 
 
 class ApiHttpProtocol(HttpToolsProtocol):
     """``uvicorn.Config(http=ApiHttpProtocol)``: see the module docstring."""
 
     head_timeout = HEAD_TIMEOUT
+    max_head_bytes = MAX_HEAD_BYTES
+    max_headers = MAX_HEADERS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
+        # Between a message's end (or the connection's start) and its next head's end, every byte is head.
+        self._in_head = True
+        self._head_bytes = 0  # what has arrived of the head, read by read (one read at most uncounted)
+        self._fields = 0
+        self._refusal: APIError | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -64,12 +87,38 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            # All of it, even if the head ends inside it: on_headers_complete measures a finished head exactly.
+            # A head that begins inside a read (pipelined after a body) is counted from the next read.
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.max_head_bytes and not self.transport.is_closing():
+            self._send_error(self._head_too_large())
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._fields = 0
         self._arm_head_timer()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self._fields > self.max_headers:
+            self._refuse(
+                APIError(
+                    f"The request has more than {self.max_headers} header fields.",
+                    status=431,
+                    code="request_header_fields_too_large",
+                )
+            )
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._cancel_head_timer()
+        self._in_head = False
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)  # ": ", CRLF
+        if size > self.max_head_bytes:
+            self._refuse(self._head_too_large())
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:  # None: an upgrade (WebSocket)
@@ -81,6 +130,22 @@ class ApiHttpProtocol(HttpToolsProtocol):
                 completed()
 
             cycle.on_response = on_response
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._head_bytes = True, 0
+        super().on_message_complete()
+
+    def _head_too_large(self) -> APIError:
+        return APIError(
+            f"The request's head (its request line and header fields) is larger than {self.max_head_bytes} bytes.",
+            status=431,
+            code="request_header_fields_too_large",
+        )
+
+    def _refuse(self, error: APIError) -> None:
+        # The parser turns the exception into an HttpParserError, which uvicorn answers with send_400_response.
+        self._refusal = error
+        raise _Refused(error.message)
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
@@ -97,10 +162,15 @@ class ApiHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        body = orjson.dumps(APIError(f"{msg} The request could not be parsed as HTTP/1.1.").body())
+        self._send_error(self._refusal or APIError(f"{msg} The request could not be parsed as HTTP/1.1."))
+
+    def _send_error(self, error: APIError) -> None:
+        """Answer ``error`` (a request that never reaches the app) and close the connection."""
+        self._cancel_head_timer()
+        body = orjson.dumps(error.body())
         # Never reaches the app: the id and the count that http/observe.py gives every other answer.
-        HTTP_REQUESTS.labels(UNPARSED, "", "400", "").inc()
-        head = [b"HTTP/1.1 400 Bad Request\r\n", b"x-request-id: " + random_id("req").encode() + b"\r\n"]
+        HTTP_REQUESTS.labels(UNPARSED, "", str(error.status), "").inc()
+        head = [STATUS_LINE[error.status], b"x-request-id: " + random_id("req").encode() + b"\r\n"]
         for name, value in self.server_state.default_headers:
             head.extend([name, b": ", value, b"\r\n"])
         head.extend(
@@ -165,9 +235,12 @@ def body_received(receive: Any) -> bool:
     return getattr(cycle, "more_body", True) is False
 
 
-def api_http_protocol(head_timeout: float = HEAD_TIMEOUT) -> type[ApiHttpProtocol]:
-    """The protocol class for ``uvicorn.Config(http=…)`` with its own bound on a request's head."""
-    return type("ApiHttpProtocol", (ApiHttpProtocol,), {"head_timeout": head_timeout})
+def api_http_protocol(
+    head_timeout: float = HEAD_TIMEOUT, *, max_head_bytes: int = MAX_HEAD_BYTES, max_headers: int = MAX_HEADERS
+) -> type[ApiHttpProtocol]:
+    """The protocol class for ``uvicorn.Config(http=…)`` with its own bounds on a request's head."""
+    bounds = {"head_timeout": head_timeout, "max_head_bytes": max_head_bytes, "max_headers": max_headers}
+    return type("ApiHttpProtocol", (ApiHttpProtocol,), bounds)
 
 
 class ApiWebSocketProtocol(WebSocketsSansIOProtocol):

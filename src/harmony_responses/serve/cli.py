@@ -24,7 +24,7 @@ from ..logs import configure as configure_logs
 from ..logs import logging_config
 from ..store import describe_store
 from ..tools.code_interpreter import SandboxLimits
-from ..tools.mcp import DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
+from ..tools.mcp import DEFAULT_MCP_MAX_BODY_BYTES, DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
 from .app import create_app, web_search_from_config
 from .config import DEFAULT_MODELS, Config
 from .config_file import apply_config_file
@@ -80,6 +80,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         log_format=args.log_format,
         max_body_bytes=args.max_body_bytes,
         head_timeout=args.head_timeout,
+        max_head_bytes=args.max_head_bytes,
+        max_headers=args.max_headers,
         body_timeout=args.body_timeout,
         shutdown_grace=args.shutdown_grace,
         current_date=args.current_date,
@@ -112,6 +114,7 @@ def mcp_options_from_args(args: argparse.Namespace) -> McpOptions:
         allowed_hosts=tuple(h for h in hosts.split(",") if h.strip()) if hosts is not None else None,
         servers=servers,
         timeout=getattr(args, "mcp_timeout", DEFAULT_MCP_TIMEOUT),
+        max_body_bytes=getattr(args, "mcp_max_body_bytes", DEFAULT_MCP_MAX_BODY_BYTES),
     )
 
 
@@ -268,7 +271,9 @@ def run_server(
             log_level=config.log_level,
             log_config=logging_config(config.log_level, config.log_format),
             lifespan="on",
-            http=api_http_protocol(config.head_timeout),
+            http=api_http_protocol(
+                config.head_timeout, max_head_bytes=config.max_head_bytes, max_headers=config.max_headers
+            ),
             # WebSocket mode (http/websocket.py): upgrades go from the httptools protocol above to websockets'
             # sans-I/O implementation, which lets running responses end at shutdown; a message may be as large
             # as a request body.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..engine import EngineOptions
+from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import McpOptions
 from .options import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS
@@ -38,6 +39,8 @@ class Config:
         max_body_bytes: larger request bodies get 413.
         head_timeout, body_timeout: seconds a client may take to send a request's headers (then the
             connection is closed) and its body (then 408).
+        max_head_bytes, max_headers: a request's head larger than this, or with more header fields, gets 431
+            and its connection is closed.
         shutdown_grace: on SIGTERM, seconds running responses may go on before they are ended, failed.
         current_date: ``YYYY-MM-DD`` for the system message; None uses today's UTC date per request.
             Fixing it makes prompts (and prefix caches, tests) reproducible (pitfalls.md #63).
@@ -87,6 +90,8 @@ class Config:
     log_format: str = "text"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     head_timeout: float = 20.0
+    max_head_bytes: int = MAX_HEAD_BYTES
+    max_headers: int = MAX_HEADERS
     body_timeout: float = 60.0
     shutdown_grace: float = 10.0
     current_date: str | None = None

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import EngineOptions
+from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
 from ..logs import LOG_FORMATS
 from ..store import parse_retention
 from ..tools.browser import BACKENDS
-from ..tools.mcp import DEFAULT_MCP_TIMEOUT
+from ..tools.mcp import DEFAULT_MCP_MAX_BODY_BYTES, DEFAULT_MCP_TIMEOUT
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -391,6 +392,22 @@ OPTIONS: tuple[Option, ...] = (
         help="close a connection whose request headers take longer than this to arrive",
     ),
     Option(
+        flag="--max-head-bytes",
+        group="limits",
+        type=_positive_int,
+        default=str(MAX_HEAD_BYTES),
+        metavar="BYTES",
+        help="a request whose head (request line and headers) is larger gets 431, and its connection is closed",
+    ),
+    Option(
+        flag="--max-headers",
+        group="limits",
+        type=_positive_int,
+        default=str(MAX_HEADERS),
+        metavar="N",
+        help="a request with more header fields gets 431, and its connection is closed",
+    ),
+    Option(
         flag="--body-timeout",
         group="limits",
         type=_seconds,
@@ -467,6 +484,15 @@ OPTIONS: tuple[Option, ...] = (
         default=str(DEFAULT_MCP_TIMEOUT),
         metavar="SECONDS",
         help="limit for connecting to an MCP server and listing its tools, and for each tool call",
+    ),
+    Option(
+        flag="--mcp-max-body-bytes",
+        group="tools",
+        metavar="BYTES",
+        type=_positive_int,
+        default=str(DEFAULT_MCP_MAX_BODY_BYTES),
+        help="the most an MCP server may send in one response body (or one event of an event stream); a "
+        "larger answer fails the listing or the call",
     ),
     Option(
         flag="--search-dir",

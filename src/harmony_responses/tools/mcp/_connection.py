@@ -41,6 +41,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PARSE_ERROR, REQUEST_TIMEOUT, CallToolResult, Implementation, Tool
 
+from ._bounded import DEFAULT_MCP_MAX_BODY_BYTES, IDENTITY, bound_response
 from ._guard import guarded_transport
 from ._options import StdioServer
 
@@ -123,9 +124,10 @@ class McpConnection:
     after a connection-level failure the next job connects again.
     """
 
-    def __init__(self, target: McpTarget, *, timeout: float) -> None:
+    def __init__(self, target: McpTarget, *, timeout: float, max_body_bytes: int = DEFAULT_MCP_MAX_BODY_BYTES) -> None:
         self.target = target
         self.timeout = timeout
+        self.max_body_bytes = max_body_bytes
         self._task: asyncio.Task[None] | None = None
         self._jobs: asyncio.Queue[_Job | None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -307,10 +309,11 @@ class McpConnection:
                     headers=headers,
                     timeout=self.timeout,
                     sse_read_timeout=max(self.timeout, 300.0),
-                    httpx_client_factory=_http_client_factory(remember, guarded=guarded),
+                    httpx_client_factory=_http_client_factory(remember, guarded=guarded, limit=self.max_body_bytes),
                 )
             else:
-                http = _http_client_factory(remember, guarded=guarded)(headers=headers, timeout=_timeouts(self.timeout))
+                factory = _http_client_factory(remember, guarded=guarded, limit=self.max_body_bytes)
+                http = factory(headers=headers, timeout=_timeouts(self.timeout))
                 await stack.enter_async_context(http)
                 transport = streamable_http_client(target.url, http_client=http)
         return Client(transport, client_info=_CLIENT_INFO, read_timeout_seconds=self.timeout)
@@ -382,18 +385,24 @@ def _timeouts(seconds: float) -> httpx2.Timeout:
     return httpx2.Timeout(min(seconds, 30.0), read=max(seconds, 300.0))
 
 
-def _http_client_factory(on_response: Callable[[httpx2.Response], Awaitable[None]], *, guarded: bool) -> Any:
-    """An ``httpx2.AsyncClient`` factory like the SDK's, which also records error statuses; ``guarded``: every
-    connection through the SSRF guard, no proxy from the environment."""
+def _http_client_factory(
+    on_response: Callable[[httpx2.Response], Awaitable[None]], *, guarded: bool, limit: int
+) -> Any:
+    """An ``httpx2.AsyncClient`` factory like the SDK's, which also records error statuses and reads every body
+    within ``limit`` bytes (``_bounded``); ``guarded``: every connection through the SSRF guard, no proxy from
+    the environment."""
+
+    async def bound(response: httpx2.Response) -> None:
+        bound_response(response, limit)
 
     def factory(
         headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
     ) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
-            headers=headers,
+            headers={**IDENTITY, **(headers or {})},
             timeout=timeout if timeout is not None else _timeouts(30.0),
             auth=auth,
-            event_hooks={"response": [on_response]},
+            event_hooks={"response": [on_response, bound]},
             transport=guarded_transport() if guarded else None,
             trust_env=not guarded,
         )

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ._bounded import DEFAULT_MCP_MAX_BODY_BYTES
 from ._guard import host_problem
 
 __all__ = [
@@ -67,11 +68,13 @@ class McpOptions:
             public hosts only, through the SSRF guard (see the module docstring).
         servers: named stdio servers.
         timeout: seconds for connecting and listing tools, and for each tool call.
+        max_body_bytes: the most an MCP server may send in one response body or event (``_bounded``).
     """
 
     allowed_hosts: tuple[str, ...] | None = None
     servers: tuple[StdioServer, ...] = ()
     timeout: float = DEFAULT_MCP_TIMEOUT
+    max_body_bytes: int = DEFAULT_MCP_MAX_BODY_BYTES
     _by_name: dict[str, StdioServer] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

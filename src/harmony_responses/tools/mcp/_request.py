@@ -319,7 +319,8 @@ async def prepare_mcp(tools: Any, history: Iterable[Any], options: McpOptions) -
     for index, tool in enumerate(tools):
         if isinstance(tool, dict) and tool.get("type") == "mcp":
             target = _target(tool, f"tools[{index}]", options)
-            server = _Server(index, tool, McpConnection(target, timeout=options.timeout))
+            connection = McpConnection(target, timeout=options.timeout, max_body_bytes=options.max_body_bytes)
+            server = _Server(index, tool, connection)
             previous = _listed_in(items, target.label)
             if previous is not None:
                 server.listed, server.reused = _allowed(tool, previous), True
