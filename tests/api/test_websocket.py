@@ -135,6 +135,36 @@ def test_generate_false_prepares_state_without_output(serve: Serve) -> None:
     assert "Hello" in recorder.prompts[-1]
 
 
+def test_generate_false_with_store_is_stored_and_continued_from_elsewhere(serve: Serve) -> None:
+    recorder = Recorder()
+    live = serve(recorder.engine)
+    client = openai_client(live)
+    with connect(_ws_url(live)) as socket:
+        warm_up = {"model": MODEL, "input": "My name is Ada.", "generate": False, "store": True}
+        socket.send(json.dumps({"type": "response.create", **warm_up}))
+        warm = _one_response(socket)[-1]["response"]
+        socket.send(json.dumps({"type": "response.create", **warm_up, "store": False}))
+        unstored = _one_response(socket)[-1]["response"]
+    assert warm["store"] is True and warm["status"] == "completed"
+    # Retrievable over HTTP, with its input, and its log replays the events the socket sent.
+    stored = client.responses.retrieve(warm["id"])
+    assert stored.status == "completed" and stored.output == []
+    assert [item.content[0].text for item in client.responses.input_items.list(warm["id"])] == ["My name is Ada."]  # type: ignore[union-attr]
+    replayed = sse_events(httpx.get(f"{live.base_url}/responses/{warm['id']}?stream=true", timeout=10).content)
+    assert [e["type"] for e in replayed] == ["response.created", "response.in_progress", "response.completed"]
+    # Continued from on a new socket, and over HTTP: the model reads the warmed-up input.
+    with client.responses.connect() as connection:
+        connection.response.create(model=MODEL, input="What is my name?", previous_response_id=warm["id"])
+        answer = _one_response(connection)
+    check_stream(answer)
+    assert answer[-1]["type"] == "response.completed"
+    assert "My name is Ada." in recorder.prompts[-1] and "What is my name?" in recorder.prompts[-1]
+    # store: false stays the connection's own.
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored["id"])
+    assert len(recorder.prompts) == 1  # the warm-ups generated nothing
+
+
 def test_errors_as_the_api_sends_them_and_the_socket_stays_open(serve: Serve) -> None:
     live = serve([ANSWER])
     with connect(_ws_url(live)) as socket:

@@ -6,7 +6,8 @@ speak. Each text message the client sends is one JSON object:
 - ``{"type": "response.create", …}``: a create body (``stream`` implied, ``background`` refused) plus the
   WebSocket-only ``stream_id`` (a lane: creates on one lane run in order, lanes run side by side, and
   every event of a lane's response echoes its ``stream_id``) and ``generate`` (``false``: the response is
-  made without model output, ``Server.prepared_response``; Codex warms a connection up this way). The
+  made without model output, ``Server.prepared_response``, and stored as any response with ``store``;
+  Codex warms a connection up this way). The
   request is read and run exactly as ``POST /v1/responses`` reads and runs it (``read_request`` →
   ``Server.create_response`` → the run's batches), so every event is the one SSE would carry, in its own
   message, with the same sequence numbers.

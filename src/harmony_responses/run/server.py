@@ -279,7 +279,9 @@ class Server:
         Its events (``response.created``, ``response.in_progress``, ``response.completed`` with ``output: []``
         and the prompt's ``input_tokens``) are what a client waiting for the end of a response gets; a
         later request continues from it with ``previous_response_id`` on the same connection (Codex warms
-        a connection up this way before its first turn). Nothing is generated or stored.
+        a connection up this way before its first turn). Nothing is generated; with ``store`` (or a
+        ``conversation``) it is kept as any response is, so that its id can be retrieved and continued from
+        on another connection (OpenAI's WebSocket guide chains a warm-up's id so).
 
         Raises:
             APIError: what create refuses before it runs.
@@ -294,11 +296,13 @@ class Server:
             "completed_at": int(time.time()),
             "usage": usage_object(input_tokens=tokens, cached_tokens=0, output_tokens=0, reasoning_tokens=0),
         }
-        return [
+        events = [
             {"type": "response.created", "sequence_number": 0, "response": response},
             {"type": "response.in_progress", "sequence_number": 1, "response": response},
             {"type": "response.completed", "sequence_number": 2, "response": done},
         ]
+        await self.stored.store_prepared(request, events)
+        return events
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """``GET /ready``: whether every served model has an engine (a replica) that answers, and the details.

@@ -284,6 +284,43 @@ class StoredResponses:
         row = await self.store.get_response(response_id, owner)
         if row is None:
             raise not_found("Response", response_id)
+    async def store_prepared(self, prepared: ResponseRequest, events: list[dict[str, Any]]) -> None:
+        """Keep a response made without model output (``Server.prepared_response``), complete already: its row,
+        input items and log, and its input in the ``conversation``, as a generated response would be kept."""
+        if not prepared.store and prepared.conversation_id is None:
+            return
+        final = events[-1]["response"]
+        encoded_input = [(item["id"], orjson.dumps(item)) for item in prepared.input_items]
+        ops: list[Op] = []
+        if prepared.store:
+            record = StoredResponse(
+                id=final["id"],
+                owner=prepared.owner,
+                created_at=final["created_at"],
+                status=final["status"],
+                background=False,
+                previous_response_id=prepared.previous_response_id,
+                conversation_id=prepared.conversation_id,
+                process_id=None,  # finished: no process holds it
+                cancel_requested=False,
+                response=orjson.dumps(final),
+                request_id=current_request_id(),
+            )
+            ops.append(InsertResponse(record=record, updated_at=time.time(), input_items=encoded_input))
+            ops.append(AppendEvents(response_id=record.id, first_seq=0, data=[orjson.dumps(e) for e in events]))
+        if prepared.conversation_id is not None:
+            ops.append(
+                AppendItems(
+                    parent=prepared.conversation_id,
+                    kind="conversation",
+                    owner=prepared.owner,
+                    created_at=int(time.time()),
+                    items=encoded_input,
+                )
+            )
+        leave_lane()  # the commit is a wait for the store: the next requests start meanwhile (run/turns.py)
+        await self.store.write(ops)
+
         return orjson.loads(row.response), row.request_id
 
     async def stream(self, response_id: str, owner: str, *, after: int) -> AsyncIterator[bytes]:
