@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,3 +101,58 @@ def test_readme_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Pa
         for line in block.splitlines():
             if line.startswith("{") and "text" in (obj := orjson.loads(line)):
                 assert obj["text"] == load_encoding().decode(obj["tokens"])
+
+
+# A README block that a test runs is marked by the comment before it; the block it prints, likewise. Comments,
+# so that neither GitHub nor MkDocs shows the marks.
+_RUN = re.compile(r"^<!-- test: (run|prints) -->\n```(\w+)\n(.*?)^```$", re.S | re.M)
+
+
+def _readme_examples() -> list[tuple[str, str, str | None]]:
+    """The README's runnable blocks in order: (language, code, what it prints or None)."""
+    examples: list[tuple[str, str, str | None]] = []
+    for mark in _RUN.finditer((ROOT / "README.md").read_text()):
+        kind, language, text = mark.groups()
+        if kind == "run":
+            examples.append((language, text, None))
+        else:
+            assert examples and examples[-1][2] is None, "a 'prints' block follows the block that prints it"
+            examples[-1] = (*examples[-1][:2], text)
+    return examples
+
+
+def _printed(expected: str) -> re.Pattern[str]:
+    """What a README block says it prints, as a pattern: "…" stands for what is left out (a line of it alone,
+    any lines)."""
+    pattern = ""
+    for line in expected.splitlines():
+        pattern += r"(?:.*\n)*?" if line == "…" else ".*?".join(map(re.escape, line.split("…"))) + r"\n"
+    return re.compile(pattern)
+
+
+def test_readme_client_examples_run_against_a_real_server_and_print_what_it_says(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from harmony_responses.serve.options import BY_NAME
+    from reliability.server_process import server_process
+
+    examples = _readme_examples()
+    code = "\n".join(text for _, text, _ in examples)
+    for api in ("responses.create(", "responses.stream(", "curl -sN", "Runner.run_sync(", "set_default_openai_client("):
+        assert api in code, f"the README's examples no longer show {api}"
+    # The README says the default port; the test's server listens on a free one.
+    address = f"127.0.0.1:{BY_NAME['port'].default}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "HARMONY_RESPONSES_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    with server_process(["--engine", "echo", "--store", f"sqlite:{tmp_path / 'store.sqlite3'}"]) as server:
+        for i, (language, text, expected) in enumerate(examples):
+            assert address in text, f"README example {i + 1} does not use the default address {address}"
+            assert language in ("python", "bash") and expected is not None, (language, text)
+            script = tmp_path / f"example{i}.{'py' if language == 'python' else 'sh'}"
+            script.write_text(text.replace(address, f"127.0.0.1:{server.port}"))
+            command = [sys.executable, script] if language == "python" else ["bash", "-eo", "pipefail", script]
+            done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+            assert done.returncode == 0, f"README example {i + 1} exited {done.returncode}: {done.stderr}"
+            assert _printed(expected).fullmatch(done.stdout), f"README example {i + 1} printed:\n{done.stdout}"
