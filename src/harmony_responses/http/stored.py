@@ -49,18 +49,31 @@ def _server(request: Request) -> tuple[Server, str]:
     return request.app.state.server, owner_of(request)
 
 
-def _int_query(request: Request, name: str, default: int | None) -> int | None:
+def _int_query(request: Request, name: str, default: int, *, minimum: int, maximum: int) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise APIError(
             f"Invalid type for '{name}': expected an integer, but got a string instead.",
             param=name,
             code="invalid_type",
         ) from None
+    if value < minimum:
+        raise APIError(
+            f"Invalid '{name}': integer below minimum value. Expected a value >= {minimum}, but got {value} instead.",
+            param=name,
+            code="integer_below_min_value",
+        )
+    if value > maximum:
+        raise APIError(
+            f"Invalid '{name}': integer above maximum value. Expected a value <= {maximum}, but got {value} instead.",
+            param=name,
+            code="integer_above_max_value",
+        )
+    return value
 
 
 def _bool_query(request: Request, name: str) -> bool:
@@ -71,20 +84,7 @@ def _bool_query(request: Request, name: str) -> bool:
 
 
 def _page_params(request: Request) -> tuple[str | None, int, Literal["asc", "desc"]]:
-    limit = _int_query(request, "limit", DEFAULT_LIMIT)
-    assert limit is not None
-    if limit < 1:
-        raise APIError(
-            f"Invalid 'limit': integer below minimum value. Expected a value >= 1, but got {limit} instead.",
-            param="limit",
-            code="integer_below_min_value",
-        )
-    if limit > MAX_LIMIT:
-        raise APIError(
-            f"Invalid 'limit': integer above maximum value. Expected a value <= {MAX_LIMIT}, but got {limit} instead.",
-            param="limit",
-            code="integer_above_max_value",
-        )
+    limit = _int_query(request, "limit", DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
     order = request.query_params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise APIError(
@@ -112,8 +112,9 @@ async def retrieve_response(request: Request) -> ASGIApp:
     server, owner = _server(request)
     response_id = request.path_params["response_id"]
     if _bool_query(request, "stream"):
-        after = _int_query(request, "starting_after", -1)
-        assert after is not None
+        # Sequence numbers are PostgreSQL integers (32 bits; SQLite's have 64): a cursor beyond what the store
+        # takes failed in its driver after the stream's 200 had gone out.
+        after = _int_query(request, "starting_after", -1, minimum=-(2**31), maximum=2**31 - 1)
         return FollowStream(await server.stored.stream(response_id, owner, after=after))
     response, created_by = await server.stored.retrieve(response_id, owner)
     # The request that created it, for support: its id names that request's log lines (http/observe.py).
