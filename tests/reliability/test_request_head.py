@@ -128,3 +128,11 @@ def test_the_bounds_are_options() -> None:
         _assert_431(
             _exchange(small.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"b" * 4096 + b"\r\n\r\n")
         )
+
+
+def test_two_host_headers_are_a_400(server: ServerProcess) -> None:
+    """RFC 9112 §3.2: the loopback check and the app could each read a different one."""
+    answer = _exchange(server.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert json.loads(body)["error"]["code"] == "invalid_host"

@@ -12,7 +12,7 @@ Nor does it bound a head's size: one endless header value sent for 19 s was 92 M
 grows the value by concatenation, quadratic CPU), and 100,000 headers were accepted. A head larger than
 ``MAX_HEAD_BYTES`` or with more than ``MAX_HEADERS`` fields gets 431, as h11 and node answer; the parser
 holds an unfinished header value out of reach, so what has arrived of a head is counted read by read
-and the answer comes as soon as the bound is passed.
+and the answer comes as soon as the bound is passed. Two ``Host`` fields are a 400 (RFC 9112 §3.2).
 
 uvicorn writes a response's status line and headers the moment the app starts the response, and its body
 in a write of its own: two socket sends where one would do, and on loopback a send is as costly as the rest
@@ -77,6 +77,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0  # what has arrived of the head, read by read (one read at most uncounted)
         self._fields = 0
+        self._hosts = 0
         self._refusal: APIError | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -98,7 +99,7 @@ class ApiHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._fields = 0
+        self._fields = self._hosts = 0
         self._arm_head_timer()
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -111,6 +112,10 @@ class ApiHttpProtocol(HttpToolsProtocol):
                     code="request_header_fields_too_large",
                 )
             )
+        if name.lower() == b"host":
+            self._hosts += 1
+            if self._hosts > 1:  # RFC 9112 §3.2: which one would LoopbackHosts and the app each read?
+                self._refuse(APIError("The request has more than one Host header.", code="invalid_host"))
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:

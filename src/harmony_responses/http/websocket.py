@@ -5,9 +5,9 @@ speak. Each text message the client sends is one JSON object:
 
 - ``{"type": "response.create", …}``: a create body (``stream`` implied, ``background`` refused) plus the
   WebSocket-only ``stream_id`` (a lane: creates on one lane run in order, lanes run side by side, and
-  every event of a lane's response echoes its ``stream_id``) and ``generate`` (``false``: the response is
-  made without model output, ``Server.prepared_response``, and stored as any response with ``store``;
-  Codex warms a connection up this way). The
+  every event of a lane's response echoes its ``stream_id``; at most ``MAX_STREAM_ID_LENGTH`` characters)
+  and ``generate`` (``false``: the response is made without model output, ``Server.prepared_response``,
+  and stored as any response with ``store``; Codex warms a connection up this way). The
   request is read and run exactly as ``POST /v1/responses`` reads and runs it (``read_request`` →
   ``Server.create_response`` → the run's batches), so every event is the one SSE would carry, in its own
   message, with the same sequence numbers.
@@ -61,6 +61,8 @@ logger = logging.getLogger("harmony_responses.http")
 # Responses a connection remembers for previous_response_id (store: false ones included): Codex continues
 # from the last one; a few more let lanes continue their own.
 REMEMBERED = 4
+# A lane's id is echoed into every event of its responses: a 1 MiB one made every delta a megabyte.
+MAX_STREAM_ID_LENGTH = 128
 _DELTA = b'.delta"'
 _SOCKET_STREAMS = STREAMS_IN_FLIGHT.labels("websocket")
 
@@ -182,6 +184,15 @@ class _Connection:
             group.start_soon(self._send_error, error, None)
             return
         lane = message.get("stream_id") if isinstance(message.get("stream_id"), str) else None
+        if lane is not None and len(lane) > MAX_STREAM_ID_LENGTH:
+            error = APIError(
+                f"Invalid 'stream_id': string too long. Expected a string with maximum length {MAX_STREAM_ID_LENGTH}, "
+                f"but got a string with length {len(lane)} instead.",
+                param="stream_id",
+                code="string_above_max_length",
+            )
+            group.start_soon(self._send_error, error, None)  # not echoed: the id is what is refused
+            return
         if self._close is not None:
             group.start_soon(self._send_error, shutting_down(), lane)
             return
