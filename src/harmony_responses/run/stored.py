@@ -264,26 +264,6 @@ class StoredResponses:
         self._wake.set()
         return Background(opening[0]["response"], live)  # type: ignore[index]
 
-    def _register(self, live: LiveResponse) -> None:
-        self.live[live.id] = live
-        live.on_closed = lambda done: self.live.pop(done.id, None)
-
-    # ------------------------------------------------------------------ stored responses
-
-    def live_for(self, response_id: str, owner: str) -> LiveResponse | None:
-        live = self.live.get(response_id)
-        return live if live is not None and live.owner == owner and live.persist else None
-
-    async def retrieve(self, response_id: str, owner: str) -> tuple[dict[str, Any], str | None]:
-        """The Response as it stands (the running state for a response in progress), and the id of the request
-        that created it (None for one stored before request ids were kept)."""
-        known_id("Response", response_id)
-        live = self.live_for(response_id, owner)
-        if live is not None and live.response is not None:
-            return live.response, live.request_id
-        row = await self.store.get_response(response_id, owner)
-        if row is None:
-            raise not_found("Response", response_id)
     async def store_prepared(self, prepared: ResponseRequest, events: list[dict[str, Any]]) -> None:
         """Keep a response made without model output (``Server.prepared_response``), complete already: its row,
         input items and log, and its input in the ``conversation``, as a generated response would be kept."""
@@ -321,6 +301,26 @@ class StoredResponses:
         leave_lane()  # the commit is a wait for the store: the next requests start meanwhile (run/turns.py)
         await self.store.write(ops)
 
+    def _register(self, live: LiveResponse) -> None:
+        self.live[live.id] = live
+        live.on_closed = lambda done: self.live.pop(done.id, None)
+
+    # ------------------------------------------------------------------ stored responses
+
+    def live_for(self, response_id: str, owner: str) -> LiveResponse | None:
+        live = self.live.get(response_id)
+        return live if live is not None and live.owner == owner and live.persist else None
+
+    async def retrieve(self, response_id: str, owner: str) -> tuple[dict[str, Any], str | None]:
+        """The Response as it stands (the running state for a response in progress), and the id of the request
+        that created it (None for one stored before request ids were kept)."""
+        known_id("Response", response_id)
+        live = self.live_for(response_id, owner)
+        if live is not None and live.response is not None:
+            return live.response, live.request_id
+        row = await self.store.get_response(response_id, owner)
+        if row is None:
+            raise not_found("Response", response_id)
         return orjson.loads(row.response), row.request_id
 
     async def stream(self, response_id: str, owner: str, *, after: int) -> AsyncIterator[bytes]:
