@@ -8,6 +8,7 @@ from typing import Any
 import agents
 import pytest
 from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool
+from openai.types.shared import Reasoning
 
 from .conftest import Serve
 from .helpers import MODEL, async_openai_client
@@ -29,7 +30,7 @@ def _no_tracing() -> None:
     agents.set_tracing_disabled(True)
 
 
-def _agent(client: Any, calls: list[str]) -> Agent:
+def _agent(client: Any, calls: list[str], **settings: Any) -> Agent:
     @function_tool
     def get_weather(city: str) -> str:
         """Get the weather for a city."""
@@ -41,7 +42,7 @@ def _agent(client: Any, calls: list[str]) -> Agent:
         instructions="Answer weather questions with the tool.",
         tools=[get_weather],
         model=OpenAIResponsesModel(model=MODEL, openai_client=client),
-        model_settings=ModelSettings(temperature=0.7),
+        model_settings=ModelSettings(temperature=0.7, **settings),
     )
 
 
@@ -62,6 +63,29 @@ def test_run_streamed_with_a_function_tool(serve: Serve) -> None:
     # Two model calls, each with usage the SDK could read.
     assert len(result.raw_responses) == 2
     assert all(r.usage.input_tokens > 0 and r.usage.output_tokens > 0 for r in result.raw_responses)
+
+
+def test_run_streamed_with_reasoning_summaries(serve: Serve) -> None:
+    # The reasoning streams as its summary and as its reasoning_text at once (two open parts of one item).
+    live = serve([CALL, ANSWER])
+    calls: list[str] = []
+
+    async def main() -> tuple[Any, list[Any]]:
+        async with async_openai_client(live) as client:
+            agent = _agent(client, calls, reasoning=Reasoning(effort="low", summary="auto"))
+            result = Runner.run_streamed(agent, "What's the weather in Paris?")
+            raw = [event.data async for event in result.stream_events() if event.type == "raw_response_event"]
+            return result, raw
+
+    result, raw = asyncio.run(main())
+    assert calls == ["Paris"] and result.final_output == "It is sunny in Paris."
+    reasoning = [item.raw_item for item in result.new_items if item.type == "reasoning_item"]
+    assert [r.summary[0].text for r in reasoning] == ["I should look up the weather.", "The tool said sunny."]
+    assert [r.content[0].text for r in reasoning] == [r.summary[0].text for r in reasoning]  # type: ignore[index]
+    kinds = [event.type for event in raw]
+    first_raw = kinds.index("response.reasoning_text.delta")
+    assert first_raw < kinds.index("response.reasoning_summary_text.done")
+    assert kinds[first_raw - 1] == "response.reasoning_summary_text.delta"
 
 
 def test_run_non_streamed_with_a_function_tool(serve: Serve) -> None:

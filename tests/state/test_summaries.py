@@ -81,6 +81,27 @@ def test_summary_in_every_mode(serve: Serve) -> None:
     assert plain.output[0].model_dump()["summary"] == []
 
 
+def test_the_summary_and_the_reasoning_text_stream_together(serve: Serve) -> None:
+    # A token at a time (the replay engine's default chunk): each piece of the reasoning is a summary delta and
+    # then a reasoning_text delta, so a client showing the raw text gets it as one showing summaries does.
+    reasoning = "First add two and two, then check the sum."
+    live = serve(
+        [f"<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>"]
+    )
+    with openai_client(live).responses.stream(model=MODEL, input="2+2?", reasoning=SUMMARY) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    summary = [e.delta for e in events if e.type == "response.reasoning_summary_text.delta"]
+    raw = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
+    assert len(summary) > 5 and summary == raw and "".join(raw) == reasoning
+    kinds = [e.type for e in events if e.type.startswith("response.reasoning")]
+    assert kinds[1:3] == ["response.reasoning_summary_text.delta", "response.reasoning_text.delta"]
+    item = final.output[0].model_dump(warnings=False)
+    assert item["summary"] == [{"type": "summary_text", "text": reasoning}]
+    assert item["content"] == [{"type": "reasoning_text", "text": reasoning}]
+    assert final.output_text == "4"
+
+
 def test_summaries_off_by_the_operator(serve: Serve) -> None:
     live = serve([ANSWER] * 2, reasoning_summaries="none")
     client = openai_client(live)

@@ -104,10 +104,11 @@ _CODES = {
 _GRAMMAR = {
     ("message", "completed"): "AP(t|ta+)*TpZ",
     ("message", "incomplete"): "AP(t|ta+)*TpZ",
-    # Without summaries the reasoning_text part streams; with them (reasoning.summary) the text streams as the
-    # one summary part, then the reasoning_text part follows whole (at most one delta).
-    ("reasoning", "completed"): "A(Pr*|(Qu*Uq)?Pr?)RpZ",
-    ("reasoning", "incomplete"): "A(Pr*|(Qu*Uq)?Pr?)RpZ",
+    # The reasoning_text part streams; with summaries (reasoning.summary) the one summary part opens with the
+    # first text, each piece of text is a summary delta then a reasoning_text delta, and the summary part
+    # ends before the reasoning_text part.
+    ("reasoning", "completed"): "AP(r*|Q(ur)+Uq)RpZ",
+    ("reasoning", "incomplete"): "AP(r*|Q(ur)+Uq)RpZ",
     ("function_call", "completed"): "Af*FZ",
     ("function_call", "incomplete"): "Af*FZ",
     ("custom_tool_call", "completed"): "Ag*GZ",
@@ -348,6 +349,12 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
 
     summary = [event for event in trace if event["type"].startswith("response.reasoning_summary")]
     trace = [event for event in trace if not event["type"].startswith("response.reasoning_summary")]
+    if summary:
+        # Both streamed as the text came: each summary delta is the piece its reasoning_text delta carries.
+        pieces = [e["delta"] for e in summary if e["type"] == "response.reasoning_summary_text.delta"]
+        assert pieces == [e["delta"] for e in trace if e["type"] == "response.reasoning_text.delta"], (
+            "the summary and the reasoning_text were not streamed piece by piece"
+        )
     deltas = "".join(event["delta"] for event in trace if event["type"].endswith(".delta"))
     dones = [
         event

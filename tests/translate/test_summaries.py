@@ -1,8 +1,9 @@
 """Reasoning summaries (``reasoning.summary``): gpt-oss writes none, so a reasoning item's own text is its summary.
 
-Asked for, the text streams as the item's one summary part (``summary_index`` 0), the API's summary events in
-the API's order, and the ``reasoning_text`` part follows whole when the item closes; not asked for, nothing
-changes (``summary: []``).
+Asked for, the text streams both as the item's one summary part (``summary_index`` 0, the API's summary events
+in the API's order) and as its ``reasoning_text`` part, each piece as it is written (a client showing the raw
+chain of thought, Codex with ``show_raw_agent_reasoning``, gets it as soon as one showing summaries does); not
+asked for, nothing changes (``summary: []``).
 """
 
 from __future__ import annotations
@@ -28,22 +29,24 @@ def run(completion: str, finish: str = "stop", *, summaries: bool = True, chunk:
     return events
 
 
-def test_reasoning_streams_as_its_summary_then_its_text_whole() -> None:
+def test_reasoning_streams_its_summary_and_its_text_piece_by_piece() -> None:
     events = run(COMPLETION)
     reasoning = [e for e in events if e.get("item_id") == "rs_1" or e.get("item", {}).get("id") == "rs_1"]
     ref = {"item_id": "rs_1", "output_index": 0}
     assert [{k: v for k, v in e.items() if k != "sequence_number"} for e in reasoning[1:]] == [
+        {"type": "response.content_part.added", **ref, "content_index": 0,
+         "part": {"type": "reasoning_text", "text": ""}},
         {"type": "response.reasoning_summary_part.added", **ref, "summary_index": 0,
          "part": {"type": "summary_text", "text": ""}},
         {"type": "response.reasoning_summary_text.delta", **ref, "summary_index": 0, "delta": "Add"},
+        {"type": "response.reasoning_text.delta", **ref, "content_index": 0, "delta": "Add"},
         {"type": "response.reasoning_summary_text.delta", **ref, "summary_index": 0, "delta": " them"},
+        {"type": "response.reasoning_text.delta", **ref, "content_index": 0, "delta": " them"},
         {"type": "response.reasoning_summary_text.delta", **ref, "summary_index": 0, "delta": "."},
+        {"type": "response.reasoning_text.delta", **ref, "content_index": 0, "delta": "."},
         {"type": "response.reasoning_summary_text.done", **ref, "summary_index": 0, "text": "Add them."},
         {"type": "response.reasoning_summary_part.done", **ref, "summary_index": 0,
          "part": {"type": "summary_text", "text": "Add them."}},
-        {"type": "response.content_part.added", **ref, "content_index": 0,
-         "part": {"type": "reasoning_text", "text": ""}},
-        {"type": "response.reasoning_text.delta", **ref, "content_index": 0, "delta": "Add them."},
         {"type": "response.reasoning_text.done", **ref, "content_index": 0, "text": "Add them."},
         {"type": "response.content_part.done", **ref, "content_index": 0,
          "part": {"type": "reasoning_text", "text": "Add them."}},

@@ -51,6 +51,9 @@ class _Open:
         self.done_part: dict[str, Any] | None = None  # a content part already done
         self.annotations: list[dict[str, Any]] = []
         self.arguments_done = False
+        # A summarised reasoning item's summary part, streamed beside its reasoning_text part: open, and its text.
+        self.summary_open = False
+        self.summary: list[str] = []
 
 
 def closing_events(
@@ -103,6 +106,13 @@ def closing_events(
             opened.part, opened.done_part = None, event["part"]
         elif kind == "response.output_text.annotation.added":
             opened.annotations.append(event["annotation"])
+        elif kind == "response.reasoning_summary_part.added":
+            opened.summary_open, opened.summary = True, []
+        elif kind == "response.reasoning_summary_part.done":
+            opened.summary_open = False
+            opened.item["summary"] = [event["part"]]
+        elif kind == "response.reasoning_summary_text.delta":
+            opened.summary.append(event["delta"])
         elif kind.endswith(".delta") and isinstance(event.get("delta"), str):
             opened.deltas.append(event["delta"])
         elif kind == _ARGUMENTS_DONE.get(opened.item["type"]):
@@ -130,6 +140,14 @@ def _close(opened: _Open, emit: Any) -> dict[str, Any]:
     item, index = opened.item, opened.index
     text = "".join(opened.deltas)
     kind = item["type"]
+    if opened.summary_open:
+        # The summary part ends first, as a cut-short translator ends it (translate/_translator.py).
+        summary = "".join(opened.summary)
+        ref = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+        emit({"type": "response.reasoning_summary_text.done", **ref, "text": summary})
+        part = {"type": "summary_text", "text": summary}
+        emit({"type": "response.reasoning_summary_part.done", **ref, "part": part, "status": "incomplete"})
+        item["summary"] = [part]
     if kind in ("message", "reasoning") and opened.part is not None:
         text_done = "response.output_text.done" if kind == "message" else "response.reasoning_text.done"
         done: Event = {"type": text_done, "item_id": item["id"], "output_index": index, "content_index": 0}

@@ -188,6 +188,7 @@ class Item:
         "logprobs",
         "parts",
         "pending_lp",
+        "summary_delta",
         "summary_open",
         "target",
         "unwrap",
@@ -210,6 +211,7 @@ class Item:
         # A reasoning item streamed as its summary: False until the summary part opens, True after; None when
         # summaries were not asked for.
         self.summary_open: bool | None = None
+        self.summary_delta: Event | None = None  # its reasoning_summary_text.delta shape, when summarised
         self.unwrap: InputUnwrapper | None = None  # a custom tool call's input, unwrapped from its JSON
 
     @property

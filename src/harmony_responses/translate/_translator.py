@@ -104,9 +104,11 @@ class Translator:
             citable), when the browser tool is declared. Message text then has its ``【cursor†L…】`` citations
             replaced and announced as ``url_citation`` annotations (``_citations.py``).
         summaries: the request asked for reasoning summaries (``reasoning.summary``). gpt-oss writes none,
-            so each reasoning item's own text is its summary, streamed as it is written
-            (``reasoning_summary_part.added`` → ``reasoning_summary_text.delta``… → ``.done`` →
-            ``reasoning_summary_part.done``), and its ``reasoning_text`` part follows whole when it closes.
+            so each reasoning item's own text is its summary. Both stream as the text is written: the
+            ``reasoning_text`` part opens with the item, the summary part with its first text
+            (``reasoning_summary_part.added``), and each piece of text is a ``reasoning_summary_text.delta``
+            then a ``reasoning_text.delta``; at the close the summary part ends (``.done``,
+            ``reasoning_summary_part.done``), then the ``reasoning_text`` part.
     """
 
     def __init__(
@@ -689,6 +691,12 @@ class Translator:
         if item.summary_open is False:
             item.summary_open = True
             self._emit_summary_part("response.reasoning_summary_part.added", item, "")
+        if item.summary_delta is not None:
+            summary = item.summary_delta.copy()
+            summary["sequence_number"] = self._seq
+            summary["delta"] = text
+            self._seq += 1
+            self._events.append(summary)
         event = template.copy()
         event["sequence_number"] = self._seq
         event["delta"] = text
@@ -863,16 +871,16 @@ class Translator:
         summarised = kind is ItemKind.REASONING and self._summaries
         if shape.announced_at_open:
             self._emit({"type": "response.output_item.added", "output_index": item.index, "item": added})
-            if shape.opening_part is not None and not summarised:
+            if shape.opening_part is not None:
                 self._emit_part("response.content_part.added", item, shape.opening_part())
             if shape.in_progress_event is not None:
                 self._emit_item_event(shape.in_progress_event, item)
         if summarised:
-            # The text streams as the summary; the summary part opens with the first text (an empty reasoning
-            # message has no summary, as the API sends none), the reasoning_text part follows at the close.
-            item.delta = summary_delta_template(item.id, item.index)
+            # The text streams as the summary too, each piece before its reasoning_text delta; the summary part
+            # opens with the first text (an empty reasoning message has no summary, as the API sends none).
+            item.summary_delta = summary_delta_template(item.id, item.index)
             item.summary_open = False
-        elif shape.delta_event is not None:
+        if shape.delta_event is not None:
             item.delta = delta_template(shape, item.id, item.index)
         if kind is ItemKind.CUSTOM_TOOL_CALL:
             item.unwrap = InputUnwrapper()
@@ -1159,16 +1167,12 @@ class Translator:
         self._emit(event)
 
     def _close_summary(self, item: _Item, text: str, status: str, done: dict[str, Any]) -> None:
-        """End a summarised reasoning item's summary, then stream its reasoning_text part whole."""
+        """End a summarised reasoning item's summary part (before its reasoning_text part ends)."""
         if item.summary_open:
             ref = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
             self._emit({"type": "response.reasoning_summary_text.done", **ref, "text": text})
             self._emit_summary_part("response.reasoning_summary_part.done", item, text, status)
             done["summary"] = [{"type": "summary_text", "text": text}]
-        self._emit_part("response.content_part.added", item, {"type": "reasoning_text", "text": ""})
-        if text:
-            ref = {"item_id": item.id, "output_index": item.index, "content_index": 0}
-            self._emit({"type": "response.reasoning_text.delta", **ref, "delta": text})
 
     def _emit_part(self, type_: str, item: _Item, part: dict[str, Any]) -> None:
         self._emit({"type": type_, "item_id": item.id, "output_index": item.index, "content_index": 0, "part": part})
