@@ -15,10 +15,15 @@ Requests use it twice: as the request's ``History`` (request/resolve.py: the sto
 built) decides how the response runs: not stored (the ``ResponseRun`` as it is), stored in the foreground
 (``StoredRun``), or in the background (a detached task; the POST answers at once with ``Background``).
 
-A process is dead when its lease expired (no heartbeat for ``LEASE`` seconds, by the database's clock), or
-at once when it ran on this same host (and pid namespace) and its pid is gone — so a server restarted
-after a crash ends the crashed one's responses immediately, while with PostgreSQL a response another live
-process is producing is never touched.
+Whether a process is dead. On this same host (and pid namespace) the process itself is checked and
+nothing else: dead at once when its pid is gone or names a later process (``pid_start``), alive while it
+runs, whatever its heartbeat says — so a server restarted after a crash ends the crashed one's responses
+immediately, and no clock step or busy moment ends a live sibling's (``--workers``). Elsewhere its lease
+decides: dead when it has not heartbeaten for ``LEASE`` seconds, measured by the database's clock
+(PostgreSQL), or, where the store has no clock every process shares (SQLite), by how long this process has
+seen its heartbeat unchanged on its own monotonic clock; a wall clock that steps, here or there, moves no
+lease. A response ended here is claimed first, and its former producer's later writes are refused
+(``Store.write``'s holder), so the log closed here keeps its terminal event last.
 """
 
 from __future__ import annotations
@@ -84,6 +89,19 @@ def host_key() -> str:
     except OSError:
         boot, namespace = "", 0
     return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+def pid_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, the 22nd field of ``/proc/PID/stat``): with the
+    boot (``host_key``) it names one process, where a pid may be reused. None: no such process, or no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
 
 
 def pid_alive(pid: int) -> bool:
@@ -152,9 +170,11 @@ class StoredResponses:
         """Raises ``StoreError`` when the store cannot be opened (or its spec names no store)."""
         spec = self._spec
         self._store = store_from_spec(spec, self._data_dir) if isinstance(spec, str) else spec
-        self.writer = Writer(self.store)
-        self.process = ProcessInfo(id=random_id("proc"), host=host_key(), pid=os.getpid())
+        pid = os.getpid()
+        self.process = ProcessInfo(id=random_id("proc"), host=host_key(), pid=pid, pid_start=pid_start(pid))
+        self.writer = Writer(self.store, holder=self.process.id)
         self.live = {}
+        self._beats: dict[str, tuple[float | None, float]] = {}  # process id → (heartbeat, monotonic when seen)
         self._wake = asyncio.Event()
         await self.store.open()
         self.writer.start()
@@ -492,17 +512,36 @@ class StoredResponses:
     def _is_dead(self, active: ActiveResponse) -> bool:
         if active.process_id == self.process.id:
             return False
-        if active.host is None or active.pid is None or active.heartbeat_age is None:
+        if active.host is None or active.pid is None:
             return True  # no process row: it unregistered (shut down) or was forgotten
-        if active.heartbeat_age > LEASE:
-            return True
-        return active.host == self.process.host and not pid_alive(active.pid)
+        if active.host == self.process.host:
+            if not pid_alive(active.pid):
+                return True
+            if active.pid_start is not None:
+                return pid_start(active.pid) != active.pid_start
+            # A row from before start identities were kept: the pid may name another process now.
+        return self._lease_expired(active)
+
+    def _lease_expired(self, active: ActiveResponse) -> bool:
+        if active.heartbeat_age is not None:
+            return active.heartbeat_age > LEASE  # by the database's clock, which every process reads alike
+        assert active.process_id is not None
+        now = time.monotonic()
+        seen = self._beats.get(active.process_id)
+        if seen is None or seen[0] != active.heartbeat:
+            self._beats[active.process_id] = (active.heartbeat, now)
+            return False
+        return now - seen[1] > LEASE
 
     async def recover(self) -> int:
         """End every active response whose process is dead, or that this process no longer produces (its end
         was lost in a store outage: the row would stay in progress for good); returns how many."""
         ended = 0
-        for active in await self.store.active_responses():
+        actives = await self.store.active_responses()
+        holders = {active.process_id for active in actives}
+        for process_id in [p for p in self._beats if p not in holders]:
+            del self._beats[process_id]
+        for active in actives:
             if self._is_dead(active):
                 ended += await self._end_orphan(active, status="failed")
             elif active.process_id == self.process.id and active.id not in self.live:
@@ -549,7 +588,7 @@ class StoredResponses:
             ops.append(
                 AppendItems(parent=active.id, kind="output", owner=row.owner, created_at=row.created_at, items=output)
             )
-        await self.store.write(ops)
+        await self.store.write(ops, holder=self.process.id)
         logger.warning(
             "%s: its process %s stopped while it was %s; ended it %s after %d logged events",
             active.id,

@@ -89,11 +89,13 @@ class ConversationRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessInfo:
-    """A server process: ``host`` names the machine and its pid namespace, so pids can be checked there."""
+    """A server process: ``host`` names the machine and its pid namespace, so pids can be checked there;
+    ``pid_start`` tells that pid's process from a later one given the same pid (None: unknown)."""
 
     id: str
     host: str
     pid: int
+    pid_start: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,9 +104,13 @@ class ActiveResponse:
 
     id: str
     process_id: str | None
-    host: str | None
+    host: str | None  # None: no process row (it unregistered, or was forgotten)
     pid: int | None
-    heartbeat_age: float | None  # seconds since the process's last heartbeat, by the database's clock
+    pid_start: str | None = None
+    heartbeat: float | None = None  # changes at every heartbeat of the process
+    # Seconds since its last heartbeat by a clock all processes share (PostgreSQL's); None where the store has
+    # none (SQLite: each process writes its own wall clock, which may disagree or step).
+    heartbeat_age: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +255,19 @@ class Rows:
         rows.updates = list(updates.values())
         return rows
 
+    def response_ids(self) -> set[str]:
+        """The responses whose log, row or output this write changes (``held`` filters on them)."""
+        ids = {row[0] for row in self.events}
+        ids.update(row[4] for row in self.updates)
+        ids.update(row[0] for row in self.items if row[1] == "output")
+        return ids
+
+    def held(self, held: set[str]) -> None:
+        """Drop the events, updates and output items of responses not in ``held`` (``Store.write``'s holder)."""
+        self.events = [row for row in self.events if row[0] in held]
+        self.updates = [row for row in self.updates if row[4] in held]
+        self.items = [row for row in self.items if row[1] != "output" or row[0] in held]
+
 
 def split_chunks(rows: Sequence[Any], after: int) -> list[tuple[int, bytes]]:
     """Event-log chunks ``(first_seq, newline-joined events)`` → ``(seq, event)`` with ``seq > after``."""
@@ -287,8 +306,14 @@ class Store(abc.ABC):
     # ------------------------------------------------------------------ writes
 
     @abc.abstractmethod
-    async def write(self, ops: Sequence[Op]) -> None:
-        """Apply ``ops`` in order, in one transaction."""
+    async def write(self, ops: Sequence[Op], *, holder: str | None = None) -> None:
+        """Apply ``ops`` in order, in one transaction.
+
+        ``holder``: the process writing. Its events, updates and output items of a response apply only while
+        that process holds the response (``process_id``); the others are dropped. So once another process's
+        recovery has claimed a response and closed its log, nothing the former producer still writes lands
+        after (or instead of) that close; and nothing is appended to a response that ended or was deleted.
+        """
 
     # ------------------------------------------------------------------ processes and recovery
 

@@ -93,6 +93,9 @@ SQLITE: tuple[Migration, ...] = (
     ),
     # The x-request-id of the request that created each response (NULL for rows from before), for support.
     (4, ("ALTER TABLE responses ADD COLUMN request_id TEXT",)),
+    # When each process's pid started (run/stored.py ``pid_start``), so that a pid reused by another process is
+    # not taken for the process that registered it (NULL for rows from before).
+    (5, ("ALTER TABLE processes ADD COLUMN pid_start TEXT",)),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -175,6 +178,8 @@ POSTGRES: tuple[Migration, ...] = (
     ),
     # See SQLite's version 4.
     (4, ("ALTER TABLE responses ADD COLUMN request_id TEXT",)),
+    # See SQLite's version 5.
+    (5, ("ALTER TABLE processes ADD COLUMN pid_start TEXT",)),
 )
 
 LATEST = SQLITE[-1][0]

@@ -118,7 +118,7 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------ writes
 
-    async def write(self, ops: Sequence[Op]) -> None:
+    async def write(self, ops: Sequence[Op], *, holder: str | None = None) -> None:
         rows = Rows.of(ops)  # one pipelined executemany per kind of row: a round trip each, not one per op
         async with self._pool.acquire() as conn, conn.transaction():
             if rows.responses:
@@ -127,6 +127,15 @@ class PostgresStore(Store):
                     "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
                     rows.responses,
                 )
+            if holder is not None and (ids := rows.response_ids()):
+                # The row locks order this write and a claim (another process's recovery): whichever is
+                # second sees what the first committed.
+                held = await conn.fetch(
+                    "SELECT id FROM responses WHERE id = ANY($1::text[]) AND process_id = $2 FOR NO KEY UPDATE",
+                    list(ids),
+                    holder,
+                )
+                rows.held({row[0] for row in held})
             if rows.updates:
                 await conn.executemany(
                     "UPDATE responses SET status = $1, response = $2, updated_at = $3, "
@@ -169,7 +178,12 @@ class PostgresStore(Store):
 
     async def register_process(self, process: ProcessInfo) -> None:
         await self._pool.execute(
-            f"INSERT INTO processes VALUES ($1, $2, $3, {NOW}, {NOW})", process.id, process.host, process.pid
+            f"INSERT INTO processes (id, host, pid, started_at, heartbeat_at, pid_start) "
+            f"VALUES ($1, $2, $3, {NOW}, {NOW}, $4)",
+            process.id,
+            process.host,
+            process.pid,
+            process.pid_start,
         )
 
     async def heartbeat(self, process_id: str) -> None:
@@ -180,10 +194,16 @@ class PostgresStore(Store):
 
     async def active_responses(self) -> list[ActiveResponse]:
         rows = await self._pool.fetch(
-            f"SELECT r.id, r.process_id, p.host, p.pid, {NOW} - p.heartbeat_at FROM responses r "
-            "LEFT JOIN processes p ON p.id = r.process_id WHERE r.status IN ('queued', 'in_progress')"
+            f"SELECT r.id, r.process_id, p.host, p.pid, p.pid_start, p.heartbeat_at, {NOW} - p.heartbeat_at "
+            "FROM responses r LEFT JOIN processes p ON p.id = r.process_id "
+            "WHERE r.status IN ('queued', 'in_progress')"
         )
-        return [ActiveResponse(id=r[0], process_id=r[1], host=r[2], pid=r[3], heartbeat_age=r[4]) for r in rows]
+        return [
+            ActiveResponse(
+                id=r[0], process_id=r[1], host=r[2], pid=r[3], pid_start=r[4], heartbeat=r[5], heartbeat_age=r[6]
+            )
+            for r in rows
+        ]
 
     async def claim(self, response_id: str, *, holder: str | None, new_holder: str) -> bool:
         status = await self._pool.execute(

@@ -85,6 +85,18 @@ def _insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[tuple[Any, 
         conn.execute(f"{head} VALUES {','.join([group] * len(chunk))} {tail}", [v for row in chunk for v in row])
 
 
+def _held(conn: sqlite3.Connection, ids: set[str], holder: str) -> set[str]:
+    """Which of ``ids`` the process ``holder`` holds."""
+    listed = list(ids)
+    per_statement = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 1
+    held: set[str] = set()
+    for at in range(0, len(listed), per_statement):
+        chunk = listed[at : at + per_statement]
+        sql = f"SELECT id FROM responses WHERE process_id = ? AND id IN ({','.join('?' * len(chunk))})"
+        held.update(row[0] for row in conn.execute(sql, (holder, *chunk)))
+    return held
+
+
 class SQLiteStore(Store):
     """A store in the SQLite file ``path`` (its directory is created on first start)."""
 
@@ -172,16 +184,19 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------ writes
 
-    async def write(self, ops: Sequence[Op]) -> None:
+    async def write(self, ops: Sequence[Op], *, holder: str | None = None) -> None:
         # The rows are built here, not in the writer's thread: Python work there holds the GIL in
         # switch-interval slices against the event loop; SQLite itself runs without it.
         rows = Rows.of(ops)
-        await self._write_call(lambda conn: self._write(conn, rows))
+        await self._write_call(lambda conn: self._write(conn, rows, holder))
 
-    def _write(self, conn: sqlite3.Connection, rows: Rows) -> None:
+    def _write(self, conn: sqlite3.Connection, rows: Rows, holder: str | None) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             _insert_rows(conn, f"INSERT INTO responses ({RESPONSE_COLUMNS}, updated_at)", rows.responses)
+            if holder is not None:
+                # Under the write lock, which a claim (another process's recovery) needs too.
+                rows.held(_held(conn, rows.response_ids(), holder))
             if rows.updates:
                 _insert_rows(
                     conn,
@@ -240,7 +255,13 @@ class SQLiteStore(Store):
         await self._write_call(
             lambda conn: self._transaction(
                 conn,
-                [("INSERT INTO processes VALUES (?, ?, ?, ?, ?)", (process.id, process.host, process.pid, now, now))],
+                [
+                    (
+                        "INSERT INTO processes (id, host, pid, started_at, heartbeat_at, pid_start) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (process.id, process.host, process.pid, now, now, process.pid_start),
+                    )
+                ],
             )
         )
 
@@ -254,12 +275,16 @@ class SQLiteStore(Store):
 
     async def active_responses(self) -> list[ActiveResponse]:
         def query(conn: sqlite3.Connection) -> list[ActiveResponse]:
+            # No heartbeat_age: each process wrote its own wall clock, and clocks step (stored.py measures instead
+            # how long a heartbeat has not changed, by its own monotonic clock).
             rows = conn.execute(
-                "SELECT r.id, r.process_id, p.host, p.pid, ? - p.heartbeat_at FROM responses r "
+                "SELECT r.id, r.process_id, p.host, p.pid, p.pid_start, p.heartbeat_at FROM responses r "
                 "LEFT JOIN processes p ON p.id = r.process_id WHERE r.status IN ('queued', 'in_progress')",
-                (time.time(),),
             ).fetchall()
-            return [ActiveResponse(id=r[0], process_id=r[1], host=r[2], pid=r[3], heartbeat_age=r[4]) for r in rows]
+            return [
+                ActiveResponse(id=r[0], process_id=r[1], host=r[2], pid=r[3], pid_start=r[4], heartbeat=r[5])
+                for r in rows
+            ]
 
         return await self._read(query)
 

@@ -67,8 +67,9 @@ class _Group:
 class Writer:
     """Batches ``Op`` lists from many producers into one ``store.write`` per round."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, holder: str | None = None) -> None:
         self._store = store
+        self._holder = holder  # this process: what it no longer holds takes no more writes (Store.write)
         self._groups: list[_Group] = []
         self._callbacks: list[Callable[[], None]] = []
         self._failed: weakref.WeakSet[Any] = weakref.WeakSet()  # owners whose writes are dropped
@@ -142,7 +143,7 @@ class Writer:
         for attempt, delay in enumerate((*RETRY_DELAYS, None)):
             started = time.monotonic()
             try:
-                await self._store.write([op for group in groups for op in group.ops])
+                await self._store.write([op for group in groups for op in group.ops], holder=self._holder)
                 return
             except asyncio.CancelledError:
                 raise
@@ -167,7 +168,7 @@ class Writer:
         failed: list[tuple[_Group, Exception]] = []
         for group in groups:
             try:
-                await self._store.write(group.ops)
+                await self._store.write(group.ops, holder=self._holder)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
