@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["APIError", "not_found", "shutting_down"]
+__all__ = ["APIError", "not_found", "shutting_down", "store_unavailable"]
 
 
 class APIError(Exception):
@@ -49,3 +49,14 @@ def not_found(kind: str, id: str) -> APIError:
 def shutting_down() -> APIError:
     # New work refused while the server stops (its running responses get their grace): 503, worth a retry.
     return APIError("The server is shutting down; try again.", status=503, type="server_error", code="shutting_down")
+
+
+def store_unavailable(reason: object) -> APIError:
+    # The store cannot keep what the request would store (down, full, refusing, its file deleted): refused before
+    # anything is handed out that would be a 404 later. 503: worth a retry, once the store is back.
+    return APIError(
+        f"The store could not keep this request's data ({reason}); nothing was stored. Try again later.",
+        status=503,
+        type="server_error",
+        code="store_unavailable",
+    )

@@ -77,7 +77,7 @@ def test_responses_running_through_an_outage_all_end_and_none_claims_success_fal
 
             # Every client got an end: a stream its terminal event, a JSON request a Response or an error.
             assert all(last in ("response.completed", "response.failed") for _, last in streamed)
-            assert all(r.status_code in (200, 500) for r in answered)
+            assert all(r.status_code in (200, 500, 503) for r in answered)  # 503: not stored (store_unavailable)
             told_completed = [r.json()["id"] for r in answered if r.status_code == 200]
             told_completed += [rid for rid, last in streamed if rid and last == "response.completed"]
 

@@ -13,6 +13,7 @@ Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that t
   generation that fails, not a 200 whose ``status`` is ``failed``: many clients read a 200 as success
   (llama-index and haystack showed empty text, Vercel's ``generateText`` "Invalid JSON response", the
   openai SDK returns it without raising). The failed response is still stored; ``x-response-id`` names it.
+  One the store could not keep is a 503 ``store_unavailable`` instead.
 
 SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:`` line, no ``id:``.
 
@@ -32,7 +33,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from ..errors import APIError
+from ..errors import APIError, store_unavailable
 from ..metrics import STREAMS_IN_FLIGHT
 from ..run import ResponseRun, StoredRun
 from ..run.turns import Turns, current_start, end_start
@@ -355,6 +356,9 @@ class RunResponse:
             final = self.run.final
             if final is None:
                 response = error_response(RuntimeError("no final"))
+            elif isinstance(self.run, StoredRun) and self.run.write_error is not None:
+                # Not kept, so not a 500 naming a response that is a 404: nothing was stored, a retry is safe.
+                response = error_response(store_unavailable(self.run.write_error))
             elif final.get("status") == "failed":
                 error = final.get("error") or {}
                 failed = APIError(

@@ -167,7 +167,9 @@ class LiveResponse:
         self.write_error = error
         task = self.task
         if not self._terminal_published:
-            if task is not None and not task.done() and self.stop_reason is None:
+            if task is None and self.stop_reason is None:
+                self.stop_reason = "store"  # not producing yet: ended as it begins (produce)
+            elif task is not None and not task.done() and self.stop_reason is None:
                 self.stop_reason = "store"
                 task.cancel()
             return
@@ -274,6 +276,11 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
     if waiting:
         _BACKGROUND_QUEUE.inc()
     try:
+        if live.stop_reason is not None:
+            # Stopped before it began (its row could not be stored): it ends failed rather than run to a
+            # success its clients would be told of and nobody could retrieve.
+            _end_stopped(live, run)
+            return
         if queued:
             translator.begin()
             live.publish(translator.events())
@@ -387,6 +394,11 @@ class StoredRun:
     @property
     def request_id(self) -> str | None:
         return self._run.request_id
+
+    @property
+    def write_error(self) -> Exception | None:
+        """Why its writes failed (None: they did not): then it is not kept, whatever its client is told."""
+        return self._live.write_error
 
     @property
     def translator(self) -> Any:

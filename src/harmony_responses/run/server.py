@@ -10,7 +10,7 @@ runs, failed with a reason, and closes it all.
 
 Each model's engine has its own context window (``--context-window`` lowered to what that engine reported), so
 a run is fitted to the engine it runs on. ``readiness()`` probes every engine (cached for a second, one probe
-at a time) for ``GET /ready``.
+at a time) and asks the store's maintenance whether its writes fail, for ``GET /ready``.
 
 ``create_response`` is the one way a response begins: a ``ResponseRequest`` in, and out what the
 transport serves: a ``ResponseRun`` (not stored), a ``StoredRun`` (stored, foreground) or a
@@ -305,7 +305,8 @@ class Server:
         return events
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """``GET /ready``: whether every served model has an engine (a replica) that answers, and the details.
+        """``GET /ready``: whether every served model has an engine (a replica) that answers and the store takes
+        writes (``StoredResponses.problem``), and the details.
 
         Probes run in the background of the first caller, one at a time; their answer is reused for
         ``READY_CACHE_SECONDS``, so that a load balancer polling many times a second reaches each engine once.
@@ -335,12 +336,17 @@ class Server:
                 for h in found[id(engine)]
             ]
             models.append({"id": model, "ready": any(e["ready"] for e in entries), "engines": entries})
-        ready = all(m["ready"] for m in models)
+        problem = self.stored.problem
+        ready = all(m["ready"] for m in models) and problem is None
         unready = [m["id"] for m in models if not m["ready"]]
         body: dict[str, Any] = {"status": "ready" if ready else "unavailable"}
-        if unready:
-            body["reason"] = f"no engine answers for {', '.join(unready)}"
+        reasons = [f"no engine answers for {', '.join(unready)}"] if unready else []
+        if problem is not None:
+            reasons.append(f"the store fails its writes ({problem})")
+        if reasons:
+            body["reason"] = "; ".join(reasons)
         body["models"] = models
+        body["store"] = {"ready": problem is None, **({"error": problem} if problem is not None else {})}
         result = ready, body
         self._ready = time.monotonic(), result
         return result

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ..errors import APIError, not_found
+from ..errors import APIError, not_found, store_unavailable
 from ..ids import id_problem, random_id
 from ..logs import current_request_id
 from ..request import ResponseRequest
@@ -160,6 +160,9 @@ class StoredResponses:
         self.retention = retention
         self.live: dict[str, LiveResponse] = {}
         self._maintenance: asyncio.Task[None] | None = None
+        # Why the store fails its writes, from the last heartbeat's (or maintenance read's) failure until a
+        # heartbeat commits again: GET /ready says it, and stored requests are refused meanwhile.
+        self.problem: str | None = None
 
     @property
     def store(self) -> Store:
@@ -238,6 +241,10 @@ class StoredResponses:
         """How the response runs: not stored, stored in the foreground, or in the background."""
         if not prepared.store and prepared.conversation_id is None:
             return run
+        if self.problem is not None:
+            # Its writes would fail too: refused now, not answered with an id (or a stream) that is not kept.
+            await run.aclose()
+            raise store_unavailable(self.problem)
         encoded_input = [(item["id"], orjson.dumps(item)) for item in prepared.input_items]
         live = LiveResponse(
             response_id=response_id,
@@ -280,6 +287,12 @@ class StoredResponses:
         live.publish(opening)  # type: ignore[arg-type]
         leave_lane()  # the commit is a wait for the store: the next requests start meanwhile (run/turns.py)
         await live.wait_beyond(len(opening) - 1)
+        if live.write_error is not None:
+            # Its row was not stored (a full disk, a refused row, a store down past the retries): the id would
+            # be a 404 for good, a response that never ran nor failed anywhere.
+            live.close()
+            await run.aclose()
+            raise store_unavailable(live.write_error)
         live.task = asyncio.get_running_loop().create_task(produce(live, run, queued=True), name=f"bg-{response_id}")
         self._wake.set()
         return Background(opening[0]["response"], live)  # type: ignore[index]
@@ -467,7 +480,6 @@ class StoredResponses:
         next_forget = time.monotonic()
         retention = self.retention
         purge_every = min(60.0, retention / 2) if retention else None
-        failing = False
         while True:
             try:
                 # Every stored response running here: a cancel (background) or a delete (any) may come
@@ -482,6 +494,9 @@ class StoredResponses:
                 if now >= next_heartbeat:
                     next_heartbeat = now + HEARTBEAT_INTERVAL
                     await self.store.heartbeat(self.process.id)
+                    if self.problem is not None:
+                        logger.warning("store maintenance works again")
+                        self.problem = None
                     await self.recover()
                 if purge_every is not None and retention and now >= next_purge:
                     next_purge = now + purge_every
@@ -493,15 +508,11 @@ class StoredResponses:
                     await self.store.forget_processes(FORGET_PROCESSES_AFTER)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 # Once per outage, not every poll: a store that is down fails this ten times a second.
-                if not failing:
+                if self.problem is None:
                     logger.exception("store maintenance failed (will retry)")
-                failing = True
-            else:
-                if failing:
-                    logger.warning("store maintenance works again")
-                failing = False
+                self.problem = str(exc) or type(exc).__name__
             timeout = CANCEL_POLL_INTERVAL if watched else HEARTBEAT_INTERVAL / 4
             if purge_every is not None:
                 timeout = min(timeout, purge_every)

@@ -32,6 +32,7 @@ from ._base import (
     Store,
     StoredResponse,
     StoreError,
+    StoreUnavailable,
     UpdateResponse,
 )
 from ._postgres import PostgresStore
@@ -54,6 +55,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "StoredResponse",
     "UpdateResponse",
     "Writer",

@@ -46,6 +46,7 @@ __all__ = [
     "Store",
     "item_rows",
     "StoreError",
+    "StoreUnavailable",
     "StoredResponse",
     "UpdateResponse",
     "split_chunks",
@@ -57,6 +58,11 @@ ACTIVE_STATUSES = ("queued", "in_progress")
 
 class StoreError(Exception):
     """The store cannot be opened or used (bad spec, unreachable database, newer schema than this code)."""
+
+
+class StoreUnavailable(StoreError):
+    """A read or write failed in the store's driver (the database unreachable, full or refusing the row), or
+    the store can no longer keep writes (its SQLite file deleted): the request is refused, 503."""
 
 
 # ---------------------------------------------------------------------------------------------- records

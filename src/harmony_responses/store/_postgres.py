@@ -12,8 +12,9 @@ processes starting together do not race to create the tables.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import orjson
@@ -30,6 +31,7 @@ from ._base import (
     Store,
     StoredResponse,
     StoreError,
+    StoreUnavailable,
     item_rows,
     split_chunks,
 )
@@ -66,6 +68,44 @@ def _redacted(url: str) -> str:
     if not at or ":" not in credentials:
         return url
     return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+
+
+class _Guarded:
+    """The asyncpg pool as the store uses it, its driver's failures (and a database that cannot be reached)
+    raised as ``StoreUnavailable``: a request they fail is a 503, not a bug's 500."""
+
+    def __init__(self, pool: Any, failures: tuple[type[BaseException], ...]) -> None:
+        self._pool = pool
+        self._failures = failures
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self._pool, method)(*args)
+        except self._failures as exc:
+            raise StoreUnavailable(f"PostgreSQL: {exc}") from exc
+
+    async def execute(self, *args: Any) -> Any:
+        return await self._call("execute", *args)
+
+    async def fetch(self, *args: Any) -> Any:
+        return await self._call("fetch", *args)
+
+    async def fetchrow(self, *args: Any) -> Any:
+        return await self._call("fetchrow", *args)
+
+    async def fetchval(self, *args: Any) -> Any:
+        return await self._call("fetchval", *args)
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Any]:
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except self._failures as exc:
+            raise StoreUnavailable(f"PostgreSQL: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._pool.close()
 
 
 class PostgresStore(Store):
@@ -110,6 +150,7 @@ class PostgresStore(Store):
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await self.aclose()
             raise StoreError(f"cannot open the PostgreSQL store {_redacted(self.url)}: {exc}") from exc
+        self._pool = _Guarded(self._pool, (OSError, asyncpg.PostgresError, asyncpg.InterfaceError))
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None

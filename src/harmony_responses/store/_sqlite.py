@@ -37,6 +37,7 @@ from ._base import (
     Store,
     StoredResponse,
     StoreError,
+    StoreUnavailable,
     item_rows,
     split_chunks,
 )
@@ -132,11 +133,17 @@ class SQLiteStore(Store):
 
     async def _write_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         assert self._writer is not None, "open() first"
-        return await asyncio.get_running_loop().run_in_executor(self._writer, lambda: fn(self._conn()))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._writer, lambda: fn(self._conn()))
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite: {exc}") from exc
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         assert self._readers is not None, "open() first"
-        return await asyncio.get_running_loop().run_in_executor(self._readers, lambda: fn(self._conn()))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._readers, lambda: fn(self._conn()))
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite: {exc}") from exc
 
     async def open(self) -> None:
         try:
@@ -147,9 +154,9 @@ class SQLiteStore(Store):
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="store-sqlite-read")
         try:
             await self._write_call(self._migrate)
-        except sqlite3.Error as exc:
+        except StoreUnavailable as exc:
             await self.aclose()
-            raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open the SQLite store {self.path}: {exc.__cause__}") from exc
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
