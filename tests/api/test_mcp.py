@@ -17,6 +17,7 @@ from typing import Any
 
 import agents
 import httpx
+import openai
 import pytest
 from agents import Agent, HostedMCPTool, OpenAIResponsesModel, Runner
 
@@ -364,15 +365,29 @@ def test_a_listing_in_the_input_is_reused_not_repeated(serve: Serve) -> None:
     assert "type mul = (_: {\nx?: number,\n}) => any;" in recorder.prompts[0]
 
 
-def test_a_server_that_is_down_fails_its_listing_and_the_response_goes_on(serve: Serve) -> None:
-    recorder = Recorder(["<|channel|>final<|message|>The calculator is unavailable.<|return|>"])
+def listing_failed(response: httpx.Response) -> str:
+    """The message of a request refused because an MCP server's tools could not be listed (424, as the API)."""
+    assert response.status_code == 424, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("external_connector_error", "tools", "http_error")
+    assert error["message"].startswith("Error retrieving tool list from MCP server: 'calc'. "), error
+    return str(error["message"])
+
+
+def test_a_server_that_is_down_fails_the_request_with_a_424(serve: Serve) -> None:
+    # The API answers so (openai-python, openai-node and .NET users report "424 Error retrieving tool list from
+    # MCP server: …"): a client that declared the tools expects them, not an answer written without them.
+    recorder = Recorder([ANSWER])
     live = serve(recorder.engine)
-    events = stream(live, {"input": "2 + 3?", "tools": [calc("http://127.0.0.1:9/mcp", server_description="Math.")]})
-    assert kinds(events) == ["mcp_list_tools", "message"]
-    listing = output(events)[0]
-    assert listing["tools"] == [] and listing["error"].startswith("Error retrieving tool list from MCP server: 'calc'.")
-    assert "response.mcp_list_tools.failed" in [e["type"] for e in events]
-    assert "## calc\n\nMath.\n\nThe tools of this MCP server could not be listed" in recorder.prompts[0]
+    tools = [calc("http://127.0.0.1:9/mcp", server_description="Math.")]
+    for streamed in (False, True):
+        listing_failed(post(live, {"model": MODEL, "input": "2 + 3?", "tools": tools, "stream": streamed}))
+    with pytest.raises(openai.APIStatusError) as raised:
+        openai_client(live).responses.create(model=MODEL, input="2 + 3?", tools=tools)  # type: ignore[arg-type]
+    assert raised.value.status_code == 424 and "Error retrieving tool list from MCP server: 'calc'." in str(
+        raised.value
+    )
+    assert recorder.prompts == []  # refused before the model ran
 
 
 def test_headers_reach_the_server(serve: Serve) -> None:
@@ -386,8 +401,11 @@ def test_headers_reach_the_server(serve: Serve) -> None:
         (echoed,) = events[-1]["response"]["tools"]
         assert echoed["headers"] == {"X-Api-Key": "<redacted>"} and "authorization" not in echoed
         assert "sesame" not in json.dumps(events)
-        events = stream(live, {"input": "2 + 3?", "tools": [calc(guarded.url)]})
-        assert output(events)[0]["error"].endswith("Http status code: 401 (Unauthorized)")
+        # Without the key the server refuses to list its tools (401): the request fails as the API fails it.
+        refused = post(live, {"model": MODEL, "input": "2 + 3?", "tools": [calc(guarded.url)]})
+        assert listing_failed(refused) == (
+            "Error retrieving tool list from MCP server: 'calc'. Http status code: 401 (Unauthorized)"
+        )
     finally:
         guarded.stop()
 
@@ -481,17 +499,19 @@ def test_by_default_a_name_that_resolves_inward_fails_its_listing_uniformly(
     recorder = Recorder([ANSWER, ANSWER])
     live = serve(recorder.engine, mcp=McpOptions())
     for name in ["mcp.attacker.test", "mixed.attacker.test"]:
-        events = stream(live, {"input": "x", "tools": [calc(f"http://{name}:{internal.port}/mcp")]})
-        listing = output(events)[0]
-        assert listing["type"] == "mcp_list_tools" and listing["tools"] == []
-        assert listing["error"] == f"Error retrieving tool list from MCP server: 'calc'. {UNIFORM_FAILURE['message']}"
+        response = post(live, {"model": MODEL, "input": "x", "tools": [calc(f"http://{name}:{internal.port}/mcp")]})
+        message = listing_failed(response)
+        assert message == f"Error retrieving tool list from MCP server: 'calc'. {UNIFORM_FAILURE['message']}"
+    assert recorder.prompts == []
     assert internal.requests == []  # never connected: the addresses were checked first
 
 
 def test_the_clients_host_header_is_not_forwarded(serve: Serve, internal: InternalService) -> None:
     live = serve([ANSWER])
     headers = {"Host": "metadata.google.internal", "X-Probe": "1"}
-    stream(live, {"input": "x", "tools": [calc(internal.url, headers=headers)]})  # not MCP: the listing fails
+    listing_failed(
+        post(live, {"model": MODEL, "input": "x", "tools": [calc(internal.url, headers=headers)]})
+    )  # not MCP
     assert internal.requests, "the listed host was not reached"
     for request in internal.requests:
         assert request["host"] == f"127.0.0.1:{internal.port}" and request["x-probe"] == "1"

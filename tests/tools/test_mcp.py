@@ -21,6 +21,7 @@ from harmony_responses.serve.cli import add_serve_arguments, config_from_args
 from harmony_responses.tools.mcp import (
     McpConnection,
     McpFailure,
+    McpListingError,
     McpOptions,
     McpSession,
     McpTarget,
@@ -198,13 +199,15 @@ def test_prepare_lists_in_parallel_and_closes_its_connections(server: McpServerP
             {"type": "mcp", "server_label": "one", "server_url": server.url, "allowed_tools": ["add"]},
             {"type": "mcp", "server_label": "two", "server_url": "http://127.0.0.1:9/mcp"},
         ]
-        plan = await prepare_mcp(tools, [], LOOPBACK)
+        # A server that cannot be listed fails the preparation, with the API's message.
+        with pytest.raises(McpListingError) as failed:
+            await prepare_mcp(tools, [], LOOPBACK)
+        assert failed.value.message.startswith("Error retrieving tool list from MCP server: 'two'. Could not reach")
+        plan = await prepare_mcp(tools[:2], [], LOOPBACK)
         assert plan.tools is not None and plan.tools[0] == tools[0]
         assert [t["name"] for t in plan.tools[1]["_mcp_tools"]] == ["add"]
-        assert plan.tools[2]["_mcp_tools"] == [] and "could not be listed" in plan.tools[2]["server_description"]
-        (one, listed, error), (two, nothing, failure) = plan.listings
+        ((one, listed, error),) = plan.listings
         assert (one, [t["name"] for t in listed], error) == ("one", ["add"], None)
-        assert (two, nothing) == ("two", []) and failure is not None and "Could not reach" in failure
         for session in plan.sessions:
             assert session.connection._task is None  # closed after listing: sessions connect when called
         assert await prepare_mcp([{"type": "function", "name": "f"}], [], McpOptions()) is not None
@@ -225,10 +228,12 @@ def test_stdio_server_listing_and_a_broken_one() -> None:
             {"type": "mcp", "server_label": "a", "server_url": "stdio:local"},
             {"type": "mcp", "server_label": "b", "server_url": "stdio:broken"},
         ]
-        plan = await prepare_mcp(tools, [], options)
-        (_, listed, error), (_, _, failure) = plan.listings
+        with pytest.raises(McpListingError) as failed:
+            await prepare_mcp(tools, [], options)
+        assert "'b'" in failed.value.message and "MCP error -32000" in failed.value.message
+        plan = await prepare_mcp(tools[:1], [], options)
+        ((_, listed, error),) = plan.listings
         assert [t["name"] for t in listed] == list(TOOL_NAMES) and error is None
-        assert failure is not None and "MCP error -32000" in failure
         session = plan.session("a")
         assert session is not None
         result = await session.call(call("weather", '{"city": "Oslo"}', "a"))

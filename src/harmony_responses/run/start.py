@@ -29,7 +29,7 @@ from ..tool_types import is_web_search
 from ..tools import ToolSessions
 from ..tools.browser import BrowserSession, WebSearch
 from ..tools.code_interpreter import ContainerManager, ContainerNotFound, code_interpreter_session
-from ..tools.mcp import McpOptions, McpPlan, McpRequestError, prepare_mcp
+from ..tools.mcp import McpListingError, McpOptions, McpPlan, McpRequestError, prepare_mcp
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
 from .compact import Compaction
@@ -97,7 +97,8 @@ async def _prepare_mcp(model_request: dict[str, Any], options: McpOptions) -> Mc
     """The request's MCP servers listed (or their listing reused from the conversation), for render and the loop.
 
     ``model_request``'s mcp tools get their tools (``_mcp_tools``), which render declares. A server the client
-    may not reach (``--mcp-allowed-hosts``, an unknown ``stdio:NAME``) is a 400; one that is down is not.
+    may not reach (``--mcp-allowed-hosts``, an unknown ``stdio:NAME``) is a 400; one whose tools cannot be
+    listed (it refused, failed, is down) is a 424, as the API answers: the client declared tools it expects.
     """
     items = model_request.get("input")
     tools = model_request.get("tools")
@@ -107,6 +108,12 @@ async def _prepare_mcp(model_request: dict[str, Any], options: McpOptions) -> Mc
         plan = await prepare_mcp(model_request.get("tools"), items if isinstance(items, list) else (), options)
     except McpRequestError as exc:
         raise APIError(exc.message, param=exc.param, code=exc.code) from None
+    except McpListingError as exc:
+        # 424 Failed Dependency with the API's message (what openai-python, openai-node and .NET clients
+        # report from the API for a listing that failed); the type and code are this server's choice.
+        raise APIError(
+            exc.message, status=424, type="external_connector_error", param="tools", code="http_error"
+        ) from None
     if plan.tools is not None:
         model_request["tools"] = plan.tools
     return plan

@@ -11,7 +11,7 @@ runs ``mcp_call`` items.
 from ._bounded import DEFAULT_MCP_MAX_BODY_BYTES
 from ._connection import McpConnection, McpFailure, McpTarget
 from ._options import DEFAULT_MCP_TIMEOUT, McpOptions, StdioServer, load_mcp_config, parse_stdio_server
-from ._request import McpPlan, McpRequestError, mcp_tool_problem, prepare_mcp
+from ._request import McpListingError, McpPlan, McpRequestError, mcp_tool_problem, prepare_mcp
 from ._session import McpSession, result_text
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MCP_TIMEOUT",
     "McpConnection",
     "McpFailure",
+    "McpListingError",
     "McpOptions",
     "McpPlan",
     "McpRequestError",

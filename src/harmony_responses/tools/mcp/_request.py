@@ -8,9 +8,9 @@ before the prompt is rendered, since the prompt declares each server's tools:
   item (``McpPlan.emit``, before the model's first item);
 - ``allowed_tools`` (names, and/or ``read_only`` matched against the tools' ``readOnlyHint``) filters what is
   declared and shown, and what the session lets the model call;
-- a server that cannot be listed (down, refused, timed out) does not fail the response: its
-  ``mcp_list_tools`` item fails with the reason, the model is told that the server's tools are unavailable,
-  and the response goes on without them;
+- a server that cannot be listed (down, refused, timed out) fails the request (``McpListingError``, HTTP 424
+  as the API answers, with the API's message): the client declared tools it expects, and the model would
+  otherwise answer without them;
 - the request's tool dicts come back with the listed tools under ``_mcp_tools`` (what ``render`` declares and
   what ``RecipientMap`` resolves ``require_approval``'s ``read_only`` against).
 """
@@ -30,13 +30,23 @@ from ._connection import McpConnection, McpFailure, McpTarget
 from ._options import STDIO_SCHEME, McpOptions
 from ._session import McpSession
 
-__all__ = ["McpPlan", "McpRequestError", "mcp_tool_problem", "prepare_mcp"]
+__all__ = ["McpListingError", "McpPlan", "McpRequestError", "mcp_tool_problem", "prepare_mcp"]
 
 logger = logging.getLogger("harmony_responses.tools.mcp")
 
 # Tool names must be Harmony-safe recipients (render's rule, and the API's for function names).
 _NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 _APPROVAL_WORDS = ("always", "never")
+
+
+class McpListingError(Exception):
+    """An MCP server's tools could not be listed (it refused, failed or could not be reached): the request
+    fails, as the API fails it (HTTP 424), rather than the model answering without the tools the client
+    declared. ``message`` is the API's ("Error retrieving tool list from MCP server: 'LABEL'. …")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class McpRequestError(Exception):
@@ -311,6 +321,7 @@ async def prepare_mcp(tools: Any, history: Iterable[Any], options: McpOptions) -
 
     Raises:
         McpRequestError: a server the client may not use (host not allowed, unknown stdio name).
+        McpListingError: a server listed now failed its listing (the first such, in ``tools`` order).
     """
     if not isinstance(tools, list) or not any(isinstance(t, dict) and t.get("type") == "mcp" for t in tools):
         return McpPlan(tools=tools)
@@ -333,18 +344,16 @@ async def prepare_mcp(tools: Any, history: Iterable[Any], options: McpOptions) -
         # connects again at its first call.
         for server in servers:
             await server.connection.aclose()
+    failed = next((server for server in servers if server.error is not None), None)
+    if failed is not None:
+        raise McpListingError(failed.error)  # type: ignore[arg-type]
 
     plan = McpPlan(tools=list(tools))
     for server in servers:
         label = server.connection.target.label
-        declared = dict(server.tool, _mcp_tools=server.listed or [])
-        if server.error is not None:
-            note = "The tools of this MCP server could not be listed, so none of them can be called now."
-            description = server.tool.get("server_description")
-            declared["server_description"] = f"{description}\n\n{note}" if description else note
-        plan.tools[server.index] = declared  # type: ignore[index]
+        plan.tools[server.index] = dict(server.tool, _mcp_tools=server.listed or [])  # type: ignore[index]
         if not server.reused:
-            plan.listings.append((label, server.listed or [], server.error))
+            plan.listings.append((label, server.listed or [], None))
         names = [entry["name"] for entry in server.listed or ()]
         plan.sessions.append(McpSession(server.connection, allowed=names))
     return plan
