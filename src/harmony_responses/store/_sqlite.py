@@ -9,11 +9,16 @@ pool of threads with their own connections, which WAL lets run while a write is 
 ``synchronous=NORMAL`` in WAL mode: a commit survives the process being killed (the case recovery
 handles); only an operating-system crash can lose the last commits. ``busy_timeout`` lets several
 processes share one file (each takes the write lock in turn).
+
+A store file deleted (or replaced) under a running server took every write into the unlinked file without an
+error, all of it gone at the next start: the file's identity is checked before each write (``_check_file``),
+and once it is not the file opened, writes are refused (``StoreUnavailable``, a 503) and that is logged once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import threading
@@ -46,6 +51,8 @@ from ._migrations import LATEST, SQLITE
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("harmony_responses.store")
 
 DB_FILE = "responses.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
@@ -110,6 +117,8 @@ class SQLiteStore(Store):
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._identity: tuple[int, int] | None = None  # the file's (st_dev, st_ino) once open
+        self._gone: str | None = None  # why writes are refused for good: the file at path is not ours
 
     def describe(self) -> str:
         return f"sqlite {self.path}"
@@ -133,8 +142,13 @@ class SQLiteStore(Store):
 
     async def _write_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         assert self._writer is not None, "open() first"
+
+        def call() -> T:
+            self._check_file()
+            return fn(self._conn())
+
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._writer, lambda: fn(self._conn()))
+            return await asyncio.get_running_loop().run_in_executor(self._writer, call)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite: {exc}") from exc
 
@@ -145,6 +159,27 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite: {exc}") from exc
 
+    def _check_file(self) -> None:
+        """Refuse to write into a file that is no longer the one at ``path``: deleted (the open connections
+        go on writing into the unlinked inode without an error, and a restart finds nothing) or replaced.
+        Checked before every write, the heartbeat's every two seconds included (``run/stored.py``)."""
+        if self._gone is None and self._identity is not None:
+            try:
+                found = os.stat(self.path)
+                same = (found.st_dev, found.st_ino) == self._identity
+            except OSError:
+                same = False
+            if not same:
+                self._gone = "its file was deleted or replaced while the server ran"
+                logger.error(
+                    "the SQLite store %s: %s; writes are refused from now on, since they would be lost (restart "
+                    "the server to open a store there again)",
+                    self.path,
+                    self._gone,
+                )
+        if self._gone is not None:
+            raise StoreUnavailable(f"SQLite: {self._gone}")
+
     async def open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,9 +189,11 @@ class SQLiteStore(Store):
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="store-sqlite-read")
         try:
             await self._write_call(self._migrate)
-        except StoreUnavailable as exc:
+            found = os.stat(self.path)
+        except (StoreUnavailable, OSError) as exc:
             await self.aclose()
-            raise StoreError(f"cannot open the SQLite store {self.path}: {exc.__cause__}") from exc
+            raise StoreError(f"cannot open the SQLite store {self.path}: {exc.__cause__ or exc}") from exc
+        self._identity = found.st_dev, found.st_ino
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
