@@ -8,9 +8,13 @@ Protocol (file descriptors set up by the host):
 - argv: ``WORKDIR CMD_FD REPLY_FD SCOPE``; SCOPE says which processes are the cells' (see below):
   ``namespace`` (bwrap: the driver's own PID namespace) or ``session`` (unsafe mode: the driver's session).
 - CMD_FD: commands, host → driver: 4-byte big-endian length + UTF-8 JSON ``{"code": str, "cpu": seconds,
-  "wall": seconds}``.
-- REPLY_FD: replies, driver → host: the same framing, ``{"status": "ok" | "error" | "timeout" | "cpu"}``,
-  sent once the cell has finished and its output is flushed.
+  "wall": seconds, "nonce": str}``.
+- REPLY_FD: replies, driver → host: the same framing, ``{"status": "ok" | "error" | "timeout" | "cpu",
+  "nonce": str}``, sent once the cell has finished and its output is flushed. The cell runs in this process
+  and can write to REPLY_FD too; the nonce, new for every call, is how the host tells the driver's reply
+  from a frame the cell wrote (it ignores any other), so that a forged frame cannot put the host a reply
+  ahead of the driver for good. (A cell that digs this call's nonce out of the driver's frames can end its
+  own call early, nothing more: the next call's reply carries another.)
 - fd 1 and 2: the cell's output (both go to one pipe the host reads and caps); stdin is /dev/null.
 
 Like a notebook: variables persist between cells, the value of a cell's last expression is printed, and
@@ -21,10 +25,18 @@ to "used so far + this cell's allowance"; SIGXCPU raises in the cell). The host 
 and kills the whole sandbox if a cell ignores these.
 
 Processes a cell starts end with the cell: before replying, the driver kills every other process of the
-sandbox (in the PID namespace, all but bwrap's init and itself; unsafe, those of its session). Threads of
-the REPL itself are kept, as a notebook keeps them.
+sandbox (in the PID namespace, all but bwrap's init and itself; unsafe, those of its session). Threads a
+cell starts end with it too: Python cannot kill a thread, but it can raise an exception in one at its next
+bytecode (``PyThreadState_SetAsyncExc``), so the driver raises ``SystemExit`` in every thread but its own
+and gives them ``THREAD_GRACE`` seconds to unwind. One blocked in C code (a sleep, a read, a lock) keeps the
+exception pending and ends as soon as it runs Python again, without printing another line. And between
+calls nothing of the cell's runs Python at all: the driver waits for the next command holding the
+interpreter lock (a read through ``ctypes.PyDLL``, which keeps it), so even a thread that catches
+``SystemExit`` is frozen until the next call (whose end raises it again). So a thread pool kept across cells
+loses its workers: create it in the cell that uses it (``with ThreadPoolExecutor() as pool:``).
 """
 
+import _thread
 import ast
 import json
 import linecache
@@ -36,8 +48,15 @@ import sys
 import time
 import traceback
 
+try:
+    import ctypes
+except ImportError:  # an interpreter built without it: no freezing, no thread stopping
+    ctypes = None
+
 CMD_FD = REPLY_FD = -1  # set from argv by main()
 SCOPE = "namespace"
+MAIN_THREAD = _thread.get_ident()
+THREAD_GRACE = 0.1  # seconds a cell's threads get to unwind from SystemExit before the reply goes
 
 
 class _CellTimeout(BaseException):
@@ -56,10 +75,38 @@ def _on_xcpu(signum, frame):
     raise _CellCPU()
 
 
+def _gil_holding_read():
+    """``read(fd, n)`` that keeps the interpreter lock while it waits (see the module docstring), or os.read."""
+    if ctypes is None:
+        return os.read
+    try:
+        libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the lock is not released around the call
+        call = libc.read
+    except (OSError, AttributeError):
+        return os.read
+    call.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    call.restype = ctypes.c_ssize_t
+
+    def read(fd, n):
+        buffer = ctypes.create_string_buffer(n)
+        while True:
+            got = call(fd, buffer, n)
+            if got >= 0:
+                return buffer.raw[:got]
+            error = ctypes.get_errno()
+            if error != 4:  # EINTR: a signal (SIGCHLD) arrived, read on
+                raise OSError(error, os.strerror(error))
+
+    return read
+
+
+_read = os.read  # replaced in main()
+
+
 def _read_exact(fd, n):
     data = b""
     while len(data) < n:
-        chunk = os.read(fd, n - len(data))
+        chunk = _read(fd, n - len(data))
         if not chunk:
             return None
         data += chunk
@@ -126,6 +173,26 @@ def _leftovers():
     return found
 
 
+def _other_threads():
+    return [ident for ident in sys._current_frames() if ident != MAIN_THREAD]
+
+
+def _stop_threads():
+    """End the threads the cell started (see the module docstring)."""
+    if ctypes is None:
+        return
+    raise_in = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    raise_in.argtypes = (ctypes.c_ulong, ctypes.py_object)
+    threads = _other_threads()
+    for ident in threads:
+        raise_in(ident, SystemExit)
+    deadline = time.monotonic() + THREAD_GRACE
+    while threads and time.monotonic() < deadline:
+        time.sleep(0.002)  # lets them run (and end)
+        alive = set(_other_threads())
+        threads = [ident for ident in threads if ident in alive]
+
+
 def _end_leftovers():
     """Kill what the cell started (a process may fork while we look: repeat until none is left)."""
     for _ in range(100):
@@ -181,9 +248,10 @@ def _run_cell(code, number, namespace):
 
 
 def main():
-    global CMD_FD, REPLY_FD, SCOPE
+    global CMD_FD, REPLY_FD, SCOPE, _read
     workdir, CMD_FD, REPLY_FD = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     SCOPE = sys.argv[4] if len(sys.argv) > 4 else "namespace"
+    _read = _gil_holding_read()
     for fd in (CMD_FD, REPLY_FD):
         os.set_inheritable(fd, False)  # user code's subprocesses must not talk to the host
     null = os.open(os.devnull, os.O_RDONLY)
@@ -200,6 +268,7 @@ def main():
         if command is None:
             return
         number += 1
+        nonce = command.pop("nonce", None)
         _set_cpu_allowance(command.get("cpu", 60))
         signal.setitimer(signal.ITIMER_REAL, float(command.get("wall", 60)))
         try:
@@ -209,6 +278,7 @@ def main():
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         try:
+            _stop_threads()
             _end_leftovers()
         except (Exception, _CellTimeout, _CellCPU):  # never lose the REPL over its cleanup: the host's bounds remain
             pass
@@ -217,7 +287,7 @@ def main():
                 stream.flush()
             except Exception:  # a closed or broken stream must not end the REPL
                 pass
-        _reply({"status": status})
+        _reply({"status": status, "nonce": nonce})
 
 
 main()

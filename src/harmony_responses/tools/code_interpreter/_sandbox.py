@@ -23,7 +23,12 @@ sandbox's allowance.
 
 rlimits are per process: where the host offers a cgroup (``_cgroup``), each sandbox also gets its own, so
 memory (tmpfs pages included), processes and CPU are bounded for the sandbox as a whole. And whatever a
-cell starts ends with the cell: before the driver replies it kills every other process in the sandbox.
+cell starts ends with the cell: before the driver replies it kills every other process in the sandbox,
+and stops the threads the cell started (``_driver.py``).
+
+Replies: each command carries a random nonce that the driver's reply repeats; any other frame on the reply
+pipe (code in the REPL's process can write there) is skipped, so that a forged reply cannot leave the
+host one reply ahead of the driver (every later call answered with the previous one's result).
 
 Time: the driver interrupts a cell at its wall-clock limit (state kept); if the cell does not come back
 within a grace period the host kills the whole sandbox (state lost) and says so. Output (stdout and
@@ -44,6 +49,7 @@ import json
 import logging
 import os
 import resource
+import secrets
 import shutil
 import signal
 import struct
@@ -52,7 +58,7 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ._cgroup import SandboxCgroup, cgroup_support
 
@@ -379,21 +385,17 @@ class Sandbox:
         output = self._output
         # Output printed between calls (by a background thread, say) is shown with the next call's, as a
         # notebook would; what the sandbox wrote while starting (bwrap's complaints) goes with the first.
-        command = json.dumps({"code": code, "cpu": limits.cpu_seconds, "wall": limits.wall_seconds}).encode()
+        nonce = secrets.token_hex(16)
+        command = json.dumps(
+            {"code": code, "cpu": limits.cpu_seconds, "wall": limits.wall_seconds, "nonce": nonce}
+        ).encode()
         status: CellStatus
         detail: str | None = None
         try:
             self._cmd.write(_FRAME.pack(len(command)) + command)
             async with asyncio.timeout(limits.wall_seconds + limits.grace_seconds):
-                header = await self._reply.readexactly(_FRAME.size)
-                (length,) = _FRAME.unpack(header)
-                if length > MAX_REPLY_BYTES:
-                    raise _ProtocolBroken(
-                        f"the sandbox announced a {length}-byte reply (the most a reply may be is "
-                        f"{MAX_REPLY_BYTES} bytes): code wrote to the REPL's reply pipe"
-                    )
-                reply = json.loads(await self._reply.readexactly(length))
-            status = reply.get("status", "crashed") if isinstance(reply, dict) else "crashed"
+                reply = await self._read_reply(nonce)
+            status = reply.get("status", "crashed")
             if status not in _CELL_STATUSES:
                 raise _ProtocolBroken(f"the sandbox sent a reply the server cannot read ({str(reply)[:80]!r})")
         except TimeoutError:
@@ -428,6 +430,21 @@ class Sandbox:
             exit_code=exit_code,
             detail=detail,
         )
+
+    async def _read_reply(self, nonce: str) -> dict[str, Any]:
+        """The driver's reply to the command carrying ``nonce``; frames without it are skipped (written by
+        the cell, or the driver's reply to an earlier call that a frame with its nonce pre-empted)."""
+        assert self._reply is not None
+        while True:
+            (length,) = _FRAME.unpack(await self._reply.readexactly(_FRAME.size))
+            if length > MAX_REPLY_BYTES:
+                raise _ProtocolBroken(
+                    f"the sandbox announced a {length}-byte reply (the most a reply may be is "
+                    f"{MAX_REPLY_BYTES} bytes): code wrote to the REPL's reply pipe"
+                )
+            reply = json.loads(await self._reply.readexactly(length))
+            if isinstance(reply, dict) and reply.get("nonce") == nonce:
+                return reply
 
     def _make_cgroup(self) -> SandboxCgroup | None:
         support = cgroup_support()
