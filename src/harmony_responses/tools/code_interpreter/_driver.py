@@ -5,8 +5,10 @@ This file is not imported by the server: its source is handed to the sandbox's `
 
 Protocol (file descriptors set up by the host):
 
-- argv: ``WORKDIR CMD_FD REPLY_FD SCOPE``; SCOPE says which processes are the cells' (see below):
+- argv: ``WORKDIR CMD_FD REPLY_FD SCOPE [MOUNTS]``; SCOPE says which processes are the cells' (see below):
   ``namespace`` (bwrap: the driver's own PID namespace) or ``session`` (unsafe mode: the driver's session).
+  MOUNTS (bwrap only): JSON ``[[path, size_bytes, inodes, mode], …]``, the capped tmpfs mounts to make
+  before any cell runs (below).
 - CMD_FD: commands, host → driver: 4-byte big-endian length + UTF-8 JSON ``{"code": str, "cpu": seconds,
   "wall": seconds, "nonce": str}``.
 - REPLY_FD: replies, driver → host: the same framing, ``{"status": "ok" | "error" | "timeout" | "cpu",
@@ -16,6 +18,12 @@ Protocol (file descriptors set up by the host):
   ahead of the driver for good. (A cell that digs this call's nonce out of the driver's frames can end its
   own call early, nothing more: the next call's reply carries another.)
 - fd 1 and 2: the cell's output (both go to one pipe the host reads and caps); stdin is /dev/null.
+
+Capped mounts: bwrap's ``--tmpfs`` takes a size but no inode count, and a tmpfs file costs kernel memory
+(~700 bytes) that its size cap does not count: a million empty files took ~700 MB. So bwrap starts the
+driver with CAP_SYS_ADMIN (in the sandbox's own user namespace: no power outside it), and the driver, before
+anything else, enters a mount namespace of its own, mounts each tmpfs again over bwrap's with ``size`` and
+``nr_inodes``, and drops every capability; it refuses to run any cell when that fails.
 
 Like a notebook: variables persist between cells, the value of a cell's last expression is printed, and
 an exception in user code prints its traceback (the driver's own frames left out) and the REPL goes on.
@@ -50,7 +58,7 @@ import traceback
 
 try:
     import ctypes
-except ImportError:  # an interpreter built without it: no freezing, no thread stopping
+except ImportError:  # an interpreter built without it: no freezing, no thread stopping (and no capped mounts)
     ctypes = None
 
 CMD_FD = REPLY_FD = -1  # set from argv by main()
@@ -193,6 +201,40 @@ def _stop_threads():
         threads = [ident for ident in threads if ident in alive]
 
 
+def _isolate_mounts(mounts):
+    """Mount each ``(path, size, inodes, mode)`` tmpfs over bwrap's, in a mount namespace of our own, then drop
+    every capability; raises OSError when any step fails (no cell may run then)."""
+    if ctypes is None:
+        raise OSError("the sandbox's Python has no ctypes: cannot cap its tmpfs mounts")
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result, what):
+        if result != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"{what}: {os.strerror(error)}")
+
+    check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+    for path, size, inodes, mode in mounts:
+        data = f"size={int(size)},nr_inodes={int(inodes)},mode={mode}".encode()
+        check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", 2 | 4, data), f"mount tmpfs on {path}")  # nosuid, nodev
+    # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL (prctl takes unsigned longs)
+    check(libc.prctl(*(ctypes.c_ulong(v) for v in (47, 4, 0, 0, 0))), "clear the ambient capabilities")
+
+    class Header(ctypes.Structure):
+        _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+    class Data(ctypes.Structure):
+        _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+    none = (Data * 2)()
+    version_3 = 0x20080522  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set
+    check(libc.capset(ctypes.byref(Header(version_3, 0)), none), "drop the capabilities")
+    with open("/proc/self/status") as f:
+        held = [line.split() for line in f if line.startswith(("CapInh:", "CapPrm:", "CapEff:", "CapAmb:"))]
+    if len(held) != 4 or any(int(value, 16) for _, value in held):
+        raise OSError(f"capabilities still held after dropping them: {held}")
+
+
 def _end_leftovers():
     """Kill what the cell started (a process may fork while we look: repeat until none is left)."""
     for _ in range(100):
@@ -251,6 +293,12 @@ def main():
     global CMD_FD, REPLY_FD, SCOPE, _read
     workdir, CMD_FD, REPLY_FD = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     SCOPE = sys.argv[4] if len(sys.argv) > 4 else "namespace"
+    if len(sys.argv) > 5:
+        try:
+            _isolate_mounts(json.loads(sys.argv[5]))
+        except OSError as exc:
+            print(f"sandbox setup failed: {exc}", file=sys.stderr, flush=True)
+            sys.exit(3)
     _read = _gil_holding_read()
     for fd in (CMD_FD, REPLY_FD):
         os.set_inheritable(fd, False)  # user code's subprocesses must not talk to the host

@@ -7,10 +7,11 @@ Isolation (``bwrap``, Debian package ``bubblewrap``):
   no further user namespaces inside (``--disable-userns``);
 - a minimal filesystem: ``/usr`` and the ``/lib*``, ``/bin`` links read-only (the Python runtime and its
   libraries), a few ``/etc`` files the runtime reads, a fresh ``/proc`` and ``/dev``. The root and ``/dev``
-  are remounted read-only once set up, so the only writable places are the size-capped tmpfs mounts:
+  are remounted read-only once set up, so the only writable places are the capped tmpfs mounts:
   ``/tmp`` and ``/mnt/data`` (the private working directory, ``disk_bytes`` each) and ``/dev/shm``
-  (``shm_bytes``). Nothing else of the host: not the server's code or data (``/work``, ``/root``,
-  ``/home``), not its environment (``--clearenv``);
+  (``shm_bytes``), each holding at most ``inodes`` files and directories (``nr_inodes``: bwrap cannot set
+  it, so the driver mounts them again itself, ``_driver.py`` says how). Nothing else of the host: not the
+  server's code or data (``/work``, ``/root``, ``/home``), not its environment (``--clearenv``);
 - ``--die-with-parent`` and ``--new-session`` (no terminal to inject keystrokes into).
 
 Resource limits (``setrlimit`` in the child before ``bwrap`` starts, inherited by everything inside):
@@ -108,6 +109,9 @@ class SandboxLimits:
     open_files: int = 256  # RLIMIT_NOFILE
     disk_bytes: int = 256 * 1024 * 1024  # size of the /mnt/data tmpfs (and of /tmp)
     shm_bytes: int = 64 * 1024 * 1024  # size of the /dev/shm tmpfs
+    # Files and directories each tmpfs mount may hold (nr_inodes): an inode's kernel memory (~700 bytes) is
+    # not in the size cap, so without it a million empty files took ~700 MB of the host's memory.
+    inodes: int = 32_768
     cpus: float = 1.0  # CPU bandwidth of the whole sandbox, in cores (cgroup only)
     output_bytes: int = 32 * 1024  # output kept per call; the rest is dropped with a marker
     grace_seconds: float = 5.0  # after wall_seconds, before the host kills a sandbox that did not stop
@@ -149,6 +153,15 @@ def _root_links() -> list[str]:
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
     return args
+
+
+def capped_mounts(limits: SandboxLimits) -> list[tuple[str, int, int, str]]:
+    """The tmpfs mounts the driver makes over bwrap's: (path, size, inodes, mode)."""
+    return [
+        ("/tmp", limits.disk_bytes, limits.inodes, "1777"),
+        (WORKDIR, limits.disk_bytes, limits.inodes, "755"),
+        ("/dev/shm", limits.shm_bytes, limits.inodes, "1777"),
+    ]
 
 
 def bwrap_command(python: str, driver: str, cmd_fd: int, reply_fd: int, limits: SandboxLimits) -> list[str]:
@@ -215,6 +228,10 @@ def bwrap_command(python: str, driver: str, cmd_fd: int, reply_fd: int, limits: 
         "/",
         "--chdir",
         WORKDIR,
+        # For the driver's own mounts only, in the sandbox's user namespace: it drops every capability before
+        # it runs a cell (_driver.py), and the init bwrap leaves as pid 1 has none.
+        "--cap-add",
+        "CAP_SYS_ADMIN",
         "--",
         python,
         "-I",
@@ -224,6 +241,7 @@ def bwrap_command(python: str, driver: str, cmd_fd: int, reply_fd: int, limits: 
         str(cmd_fd),
         str(reply_fd),
         "namespace",  # the driver is in a PID namespace of its own: every other process there is the cell's
+        json.dumps(capped_mounts(limits)),
     ]
     return args
 
@@ -520,14 +538,16 @@ def probe_sandbox(python: str = "python3", *, timeout: float = 20.0) -> str | No
 
 def _probe(python: str, timeout: float) -> str | None:
     try:
-        command = bwrap_command(python, "import sys; sys.stdout.write('ok')", 0, 1, SandboxLimits())
+        # The driver itself, set up as for a sandbox (its capped mounts included); stdin, its command pipe
+        # here, is empty: it ends at once, exit status 0.
+        command = bwrap_command(python, _driver_source(), 0, 1, SandboxLimits())
     except SandboxUnavailable as exc:
         return str(exc)
-    command = command[: command.index("-I") + 3]  # python -I -c SOURCE: no driver arguments
     uid = UID_BASE + next(_uids) % UID_COUNT if os.geteuid() == 0 else None
     try:
         done = subprocess.run(
             command,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout,
             env={},
@@ -539,7 +559,7 @@ def _probe(python: str, timeout: float) -> str | None:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap could not be run: {exc}"
-    if done.returncode != 0 or done.stdout != b"ok":
+    if done.returncode != 0 or done.stdout:
         detail = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
         return (
             f"bwrap cannot create a sandbox here ({detail}); it needs unprivileged user namespaces "
