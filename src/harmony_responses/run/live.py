@@ -356,17 +356,21 @@ def _end_stopped(live: LiveResponse, run: ResponseRun) -> None:
     if translator.closed:
         live.publish(translator.events())  # the end was produced already, maybe not yet published
         return
-    translator.events()  # drop events never published: they were not sent, and the end follows them
-    run.count_unreported_prompt()
-    if live.stop_reason == "cancel":
-        translator.cancel()
-        logger.info("%s cancelled", live.id)
-    elif live.stop_reason == "store":
-        translator.fail(live.store_failed_message())
-    else:
-        translator.fail(SHUTDOWN_MESSAGE)
+    # Tokens the translator holds unread (those behind a starting stream's first delta, ``to_first_delta``)
+    # are what the model wrote: translated and logged before the end, as the items' text already holds them
+    # once read. Dropping their deltas left a log whose ``.done`` text was never streamed.
     events = translator.events()
-    # Events dropped above (never published) leave a gap: renumber the end to continue the log.
+    if not translator.closed:  # (the held tokens may have held the end too)
+        run.count_unreported_prompt()
+        if live.stop_reason == "cancel":
+            translator.cancel()
+            logger.info("%s cancelled", live.id)
+        elif live.stop_reason == "store":
+            translator.fail(live.store_failed_message())
+        else:
+            translator.fail(SHUTDOWN_MESSAGE)
+        events += translator.events()
+    # Events the producer made but never published (cut off at the stop) leave a gap: renumber what follows.
     for offset, event in enumerate(events):
         event["sequence_number"] = len(live.types) + offset
     live.publish(events)
