@@ -8,7 +8,8 @@ when every served model has an engine that answers and the store takes writes, e
 ``Server.readiness``).
 Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``, so every
 answer the server gives is OpenAI-shaped. ``GET /metrics`` is Prometheus's (``metrics.exposition``). Around
-it all, ``observe.Observe`` gives every request its id and counts it.
+it all, ``observe.Observe`` gives every request its id and counts it. While the server shuts down, new
+requests get 503 ``shutting_down`` (``shutdown.RefuseWhileClosing``).
 
 The lifespan starts the ``run.Server`` (vocabulary, engine check, sandbox probe, store) and closes it on
 shutdown; a failed start is kept in ``server.startup_error`` for the command line.
@@ -35,6 +36,7 @@ from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
 from .observe import Observe
 from .responses import compact_response, count_input_tokens, create_response
+from .shutdown import RefuseWhileClosing
 from .stored import routes as stored_routes
 from .websocket import responses_socket
 
@@ -111,7 +113,9 @@ def build_app(
         finally:
             await server.aclose()
 
-    middleware = [Middleware(LoopbackHosts, allowed=loopback_hosts)] if loopback_hosts is not None else []
+    middleware = [Middleware(RefuseWhileClosing, server=server)]
+    if loopback_hosts is not None:
+        middleware.append(Middleware(LoopbackHosts, allowed=loopback_hosts))
     if api_keys:
         middleware.append(Middleware(BearerAuth, keys=api_keys))
     routes = [

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "ApiHttpProtocol",
     "ApiWebSocketProtocol",
+    "answering",
     "api_http_protocol",
     "body_received",
 ]
@@ -238,6 +239,15 @@ def body_received(receive: Any) -> bool:
     requests only miss the shortcuts this allows)."""
     cycle = getattr(receive, "__self__", None)
     return getattr(cycle, "more_body", True) is False
+
+
+def answering(connection: object) -> bool:
+    """Whether a connection of uvicorn's ``server_state.connections`` has a response under way: an HTTP request
+    not yet answered in full, or a WebSocket running responses (what a shutdown's grace waits for)."""
+    if isinstance(connection, HttpToolsProtocol):
+        return connection.cycle is not None and not connection.cycle.response_complete
+    drain = getattr(connection, "scope", {}).get("extensions", {}).get(DRAIN_EXTENSION)
+    return drain is not None and drain.busy()
 
 
 def api_http_protocol(

@@ -351,6 +351,15 @@ class Server:
         self._ready = time.monotonic(), result
         return result
 
+    def background_running(self) -> bool:
+        """Whether a background response runs in this process: a shutdown's grace waits for it as for a stream."""
+        return any(live.background for live in self.stored.live.values())
+
+    def refuse_new(self) -> None:
+        """The server is shutting down: refuse new work (503 ``shutting_down``; ``/ready`` answers 503) while
+        the running responses go on through their grace."""
+        self.closing = True
+
     def shut_down_runs(self) -> int:
         """Refuse new responses and end the running ones at their next chunk, failed with the reason (the
         grace period for finishing is over); returns how many were running."""

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
-from ..http.connection import ApiWebSocketProtocol, api_http_protocol
+from ..http.connection import ApiWebSocketProtocol, answering, api_http_protocol
 from ..logs import configure as configure_logs
 from ..logs import logging_config
 from ..store import describe_store
@@ -37,6 +37,8 @@ __all__ = ["add_serve_arguments", "banner", "config_from_args", "configure_loggi
 GC_THRESHOLD = 50_000
 # Seconds after the shutdown grace at which uvicorn cuts whatever connection still hangs.
 SHUTDOWN_BACKSTOP = 5.0
+# Seconds between looks, during the shutdown grace, at whether a response is still under way.
+GRACE_POLL = 0.1
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,13 +140,17 @@ def banner(
 
 class _Server(uvicorn.Server):
     """uvicorn's server, calling back once its sockets listen (so the banner shows the real port), and
-    ending the responses still running ``grace`` seconds into a shutdown.
+    shutting down in two steps: a grace while still listening, then uvicorn's own shutdown.
 
-    uvicorn's graceful shutdown waits for open connections to finish: a stream of many minutes kept a
-    SIGTERM waiting that long, and cutting connections at a deadline would leave streams without their
-    terminal event. After ``grace`` the running responses end failed, saying so (``Server.shut_down_runs``),
-    their streams finish, and uvicorn goes on to the lifespan's shutdown; its own deadline (a few seconds
-    later) remains for whatever still hangs.
+    uvicorn's shutdown closes the listening sockets and the idle kept-alive connections at once, so that a
+    request arriving during the grace met a refused connection or a cut one, then waits for open connections
+    to finish: a stream of many minutes kept a SIGTERM waiting that long, and cutting connections at a
+    deadline would leave streams without their terminal event. So first, for up to ``grace`` seconds and
+    while a response is under way (a request being answered, a WebSocket's, a background one), the server
+    goes on listening and answers every new request 503 ``shutting_down`` (``http/shutdown.py``); then the
+    responses still running end failed, saying so (``Server.shut_down_runs``), and uvicorn's shutdown closes
+    the sockets, lets the streams finish and runs the lifespan's shutdown, its own deadline (a few seconds)
+    left for whatever still hangs.
     """
 
     def __init__(
@@ -163,11 +169,18 @@ class _Server(uvicorn.Server):
         self._supervisor = supervisor
 
     async def shutdown(self, sockets: Any = None) -> None:
-        timer = asyncio.get_running_loop().call_later(self._grace, self._end_running)
-        try:
-            await super().shutdown(sockets)
-        finally:
-            timer.cancel()
+        self._app_server.refuse_new()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._grace
+        while not self.force_exit and (
+            any(map(answering, self.server_state.connections)) or self._app_server.background_running()
+        ):
+            if loop.time() >= deadline:
+                self._end_running()
+                break
+            # A connection's response has no event for its end: uvicorn's own shutdown polls them so too.
+            await asyncio.sleep(GRACE_POLL)
+        await super().shutdown(sockets)
 
     def _end_running(self) -> None:
         running = self._app_server.shut_down_runs()
@@ -279,7 +292,7 @@ def run_server(
             # as a request body.
             ws=ApiWebSocketProtocol,
             ws_max_size=config.max_body_bytes,
-            timeout_graceful_shutdown=config.shutdown_grace + SHUTDOWN_BACKSTOP,
+            timeout_graceful_shutdown=SHUTDOWN_BACKSTOP,  # after the grace (_Server.shutdown)
         ),
         on_listening,
         grace=config.shutdown_grace,

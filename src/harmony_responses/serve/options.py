@@ -421,8 +421,8 @@ OPTIONS: tuple[Option, ...] = (
         type=_seconds_or_zero,
         default="10",
         metavar="SECONDS",
-        help="on SIGTERM or Ctrl-C, let running responses go on for this long, then end them failed (their "
-        "clients are told why) and exit",
+        help="on SIGTERM or Ctrl-C, let running responses go on for this long (still listening: new requests get "
+        "503 shutting_down), then end them failed (their clients are told why) and exit",
     ),
     Option(
         flag="--current-date",
