@@ -103,8 +103,8 @@ def test_readme_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Pa
                 assert obj["text"] == load_encoding().decode(obj["tokens"])
 
 
-# A README block that a test runs is marked by the comment before it; the block it prints, likewise. Comments,
-# so that neither GitHub nor MkDocs shows the marks.
+# A README block that a test runs is marked by the comment before it; the block it prints, likewise (without
+# one, the block need only succeed). Comments, so that neither GitHub nor MkDocs shows the marks.
 _RUN = re.compile(r"^<!-- test: (run|prints) -->\n```(\w+)\n(.*?)^```$", re.S | re.M)
 
 
@@ -130,7 +130,7 @@ def _printed(expected: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-def test_readme_client_examples_run_against_a_real_server_and_print_what_it_says(tmp_path: Path) -> None:
+def test_readme_examples_run_against_a_real_server_and_print_what_it_says(tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
@@ -145,14 +145,19 @@ def test_readme_client_examples_run_against_a_real_server_and_print_what_it_says
     # The README says the default port; the test's server listens on a free one.
     address = f"127.0.0.1:{BY_NAME['port'].default}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "HARMONY_RESPONSES_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # As a newcomer's shell has it: the venv's commands are not on PATH (the README says where they are).
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
     with server_process(["--engine", "echo", "--store", f"sqlite:{tmp_path / 'store.sqlite3'}"]) as server:
         for i, (language, text, expected) in enumerate(examples):
-            assert address in text, f"README example {i + 1} does not use the default address {address}"
-            assert language in ("python", "bash") and expected is not None, (language, text)
+            assert language in ("python", "bash"), (language, text)
+            if "127.0.0.1:" in text:
+                assert address in text, f"README example {i + 1} does not use the default address {address}"
             script = tmp_path / f"example{i}.{'py' if language == 'python' else 'sh'}"
             script.write_text(text.replace(address, f"127.0.0.1:{server.port}"))
             command = [sys.executable, script] if language == "python" else ["bash", "-eo", "pipefail", script]
-            done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+            # From the checkout's folder, where the README's commands are run.
+            done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
             assert done.returncode == 0, f"README example {i + 1} exited {done.returncode}: {done.stderr}"
-            assert _printed(expected).fullmatch(done.stdout), f"README example {i + 1} printed:\n{done.stdout}"
+            if expected is not None:
+                assert _printed(expected).fullmatch(done.stdout), f"README example {i + 1} printed:\n{done.stdout}"
