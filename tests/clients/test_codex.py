@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -61,41 +63,28 @@ openai_base_url = "{base_url}/v1"
 """
 
 
-# A model catalog entry for gpt-oss (`model_catalog_json`), so that Codex does not fall back to generic metadata.
-# Codex >= 0.131 requires such an entry to declare apply_patch as a freeform (custom) tool.
-MODEL_CATALOG = {
-    "models": [
-        {
-            "slug": MODEL,
-            "display_name": MODEL,
-            "description": "gpt-oss through harmony-responses",
-            "apply_patch_tool_type": "freeform",
-            "context_window": 131072,
-            "supported_reasoning_levels": [
-                {"effort": effort, "description": effort} for effort in ("low", "medium", "high")
-            ],
-            "default_reasoning_level": "medium",
-            "shell_type": "default",
-            "visibility": "list",
-            "supported_in_api": True,
-            "priority": 1,
-            "base_instructions": "You are a coding agent running in a terminal. Edit files with apply_patch.",
-            "supports_reasoning_summaries": True,
-            "support_verbosity": False,
-            "truncation_policy": {"mode": "tokens", "limit": 10000},
-            "supports_parallel_tool_calls": False,
-            "experimental_supported_tools": [],
-        }
-    ]
-}
+# The model catalog the README points Codex at (`model_catalog_json`), so that Codex does not fall back to generic
+# metadata: every test that sets it runs the shipped file. Codex >= 0.131 requires such an entry to declare
+# apply_patch as a freeform (custom) tool.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MODEL_CATALOG = json.loads((EXAMPLES / "codex-models.json").read_text())
 CATALOG_LINE = 'model_catalog_json = "{home}/catalog.json"\n'
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    """The environment less the developer's own Codex, OpenAI and harmony settings, with ``home`` as CODEX_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX_", "OPENAI_", "HARMONY_", "RUST_LOG"))}
+    return env | {"CODEX_HOME": str(home), "NO_COLOR": "1"}
 
 
 @pytest.fixture
 def run_codex(codex: Path, tmp_path: Path) -> Callable[..., CodexRun]:
-    """``run_codex(base_url, prompt, config=CONFIG_TOML)``: one ``codex exec`` against the server at ``base_url``."""
+    """``run_codex(base_url, prompt, config=CONFIG_TOML, *options, keys=None)``: one ``codex exec`` against the
+    server at ``base_url``; ``keys``: the API key variables Codex gets (default: a test key in each it may read)."""
 
-    def _run(base_url: str, prompt: str, config: str = CONFIG_TOML, *options: str) -> CodexRun:
+    def _run(
+        base_url: str, prompt: str, config: str = CONFIG_TOML, *options: str, keys: dict[str, str] | None = None
+    ) -> CodexRun:
         home = tmp_path / "codex-home"
         home.mkdir(exist_ok=True)
         (home / "config.toml").write_text(config.format(model=MODEL, base_url=base_url, home=home))
@@ -103,8 +92,8 @@ def run_codex(codex: Path, tmp_path: Path) -> Callable[..., CodexRun]:
         workdir = tmp_path / "work"
         workdir.mkdir(exist_ok=True)
         # Nothing from the developer's own Codex or OpenAI setup leaks in.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CODEX_", "OPENAI_", "RUST_LOG"))}
-        env |= {"CODEX_HOME": str(home), "HARMONY_TEST_KEY": "test-key", "OPENAI_API_KEY": "test-key", "NO_COLOR": "1"}
+        env = _clean_env(home)
+        env |= {"HARMONY_TEST_KEY": "test-key", "OPENAI_API_KEY": "test-key"} if keys is None else keys
         # Codex prefers a bwrap on PATH to the one it ships; Debian's (0.8, installed for our code interpreter)
         # is too old for it ("execvp codex-linux-sandbox"). Put Codex's own first, as on a machine without one.
         modules = Path(__file__).resolve().parents[2] / "node_modules" / "@openai"
@@ -190,6 +179,108 @@ def test_codex_runs_shell_tool_then_answers(serve, replay_script, recording_prox
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "I should run echo."}]
     # Codex asks for include=["reasoning.encrypted_content"]: the sealed blob made the round trip.
     assert isinstance(reasoning["encrypted_content"], str) and reasoning["encrypted_content"], reasoning
+
+
+# --- the README's setup, as written ------------------------------------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_BASE_URL = "http://127.0.0.1:8400/v1"
+README_CATALOG = "/path/to/harmony-responses/examples/codex-models.json"
+SHELL_OUTPUT = "hello from the shell tool"  # what examples/codex-shell.jsonl has Codex's shell print
+
+
+def _readme_codex() -> tuple[dict[str, str], list[list[str]]]:
+    """The README's Codex section: its config.toml blocks by provider, and the commands of its bash blocks."""
+    text = README.read_text()
+    start = text.index("\n## Codex CLI\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    builtin, custom = re.findall(r"```toml\n(.*?)```", section, re.S)
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    commands = [shlex.split(line) for block in blocks for line in block.splitlines() if line.strip()]
+    return {"builtin": builtin, "custom": custom}, commands
+
+
+def _readme_config(provider: str, base_url: str) -> str:
+    """The README's config.toml for ``provider``, pointed at ``base_url`` and at the shipped catalog."""
+    config = _readme_codex()[0][provider]
+    assert config.count(README_BASE_URL) == 1 and config.count(README_CATALOG) == 1, config
+    catalog = EXAMPLES / "codex-models.json"
+    return config.replace(README_BASE_URL, f"{base_url}/v1").replace(README_CATALOG, str(catalog))
+
+
+def _ran_the_shell_command(run: CodexRun) -> bool:
+    # Codex prints the command's output, a line of its own, before the model's answer quotes it.
+    return SHELL_OUTPUT in (run.stdout + run.stderr).splitlines()
+
+
+@pytest.mark.parametrize("provider", ["builtin", "custom"])
+def test_codex_runs_the_example_shell_script_with_the_readme_config_and_no_key(
+    provider: str, serve, recording_proxy, run_codex
+) -> None:
+    _, commands = _readme_codex()
+    assert ["npm", "i", "-g", f"@openai/codex@{_pinned_codex()}"] in commands
+    [serve_line] = [words for words in commands if words[0] == "scripts/serve"]
+    [exec_line] = [words for words in commands if words[:2] == ["codex", "exec"]]
+    engine = serve_line[serve_line.index("--engine") + 1]
+    assert engine == "replay:examples/codex-shell.jsonl"
+    server = serve(f"replay:{EXAMPLES / 'codex-shell.jsonl'}")
+    proxy: RecordingProxy = recording_proxy(server)
+    # The custom provider through the recording proxy (HTTP); the built-in one speaks WebSocket, straight.
+    base_url = proxy.base_url if provider == "custom" else server
+
+    run = run_codex(base_url, exec_line[2], _readme_config(provider, base_url), keys={})
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == f"The command printed: {SHELL_OUTPUT}", run
+    assert _ran_the_shell_command(run), run
+    assert "unsupported call" not in run.stdout + run.stderr, run
+    if provider == "custom":
+        first, second = proxy.bodies()
+        assert first["model"] == "gpt-oss-20b"
+        outputs = [item for item in second["input"] if item["type"] == "function_call_output"]
+        assert SHELL_OUTPUT in json.dumps(outputs), second["input"]
+
+
+def _pinned_codex() -> str:
+    package = json.loads((Path(__file__).resolve().parents[2] / "package.json").read_text())
+    return package["devDependencies"]["@openai/codex"]
+
+
+def test_codex_builtin_provider_sends_the_key_codex_login_saved(codex: Path, serve, run_codex, tmp_path: Path) -> None:
+    server = serve(f"replay:{EXAMPLES / 'codex-shell.jsonl'}", "--api-key", "sekrit")
+    config = _readme_config("builtin", server)
+    # OPENAI_API_KEY is not what this provider sends: without the login the server refuses it.
+    refused = run_codex(server, "Run the greeting command.", config, keys={"OPENAI_API_KEY": "sekrit"})
+    assert refused.returncode != 0 and "401 Unauthorized" in refused.stdout + refused.stderr, refused
+    home = tmp_path / "codex-home"
+    login = subprocess.run(
+        [str(codex), "login", "--with-api-key"], input=b"sekrit", env=_clean_env(home), capture_output=True, timeout=60
+    )
+    assert login.returncode == 0, login
+
+    run = run_codex(server, "Run the greeting command.", config, keys={})
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == f"The command printed: {SHELL_OUTPUT}", run
+
+
+def test_codex_custom_provider_sends_the_env_key_variable(serve, run_codex) -> None:
+    server = serve(f"replay:{EXAMPLES / 'codex-shell.jsonl'}", "--api-key", "sekrit")
+    # The README's custom provider, with the line it says to add for a server that has --api-key.
+    config = _readme_config("custom", server).rstrip("\n") + '\nenv_key = "HARMONY_API_KEY"\n'
+    missing = run_codex(server, "Run the greeting command.", config, keys={})
+    assert missing.returncode != 0, missing
+    assert "Missing environment variable: `HARMONY_API_KEY`" in missing.stdout + missing.stderr, missing
+
+    run = run_codex(server, "Run the greeting command.", config, keys={"HARMONY_API_KEY": "sekrit"})
+
+    assert run.returncode == 0, run
+    assert run.stdout.strip().splitlines()[-1] == f"The command printed: {SHELL_OUTPUT}", run
+
+
+def test_codex_catalog_names_both_models_the_server_answers_to() -> None:
+    assert [entry["slug"] for entry in MODEL_CATALOG["models"]] == ["gpt-oss-120b", "gpt-oss-20b"]
+    assert all(entry["apply_patch_tool_type"] == "freeform" for entry in MODEL_CATALOG["models"])
 
 
 def test_codex_reports_length_cut(serve, replay_script, run_codex) -> None:
@@ -323,7 +414,8 @@ def test_codex_searches_its_deferred_mcp_tools_then_calls_one(
     # a client-executed `tool_search` instead of them, runs the search itself (BM25) when the model calls it,
     # and sends the loaded namespace back in a `tool_search_output` item.
     catalog = json.loads(json.dumps(MODEL_CATALOG))
-    catalog["models"][0]["supports_search_tool"] = True
+    [entry] = [entry for entry in catalog["models"] if entry["slug"] == MODEL]
+    entry["supports_search_tool"] = True
     monkeypatch.setitem(globals(), "MODEL_CATALOG", catalog)
     calls = [
         {"harmony": "<|channel|>analysis<|message|>Is there a weather tool?<|end|><|start|>assistant"
