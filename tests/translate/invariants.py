@@ -60,6 +60,8 @@ ALLOWED_EXTRAS = {
     ("Response", "frequency_penalty"),
     ("Response", "presence_penalty"),
     ("Response", "store"),
+    # vLLM's usage detail, reported by responses that run built-in tools (run/loop.py).
+    ("OutputTokensDetails", "tool_output_tokens"),
 }
 
 # Short codes for the events of one item, so an item's whole event sequence can be matched by a regex.

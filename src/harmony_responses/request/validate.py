@@ -676,6 +676,16 @@ def _check_later_features(body: Mapping[str, Any]) -> None:
             "prompt",
             "Prompt templates ('prompt') are not supported by this server: send 'instructions' and 'input'.",
         )
+    if body.get("previous_input_messages") is not None:
+        # vLLM's history as raw Harmony messages: they would skip every check input items get (their roles,
+        # channels, recipients and calls are not validated against the declared tools), and a stored response
+        # keeps input items only, so a previous_response_id chain from it would silently lose that history.
+        raise _unsupported(
+            "previous_input_messages",
+            "Harmony messages as history ('previous_input_messages') are not supported by this server: send the "
+            "conversation as 'input' items (a response's output items resent as they came), or continue with "
+            "'previous_response_id'.",
+        )
 
 
 def check_items(items: Sequence[Any], param: str) -> None:
@@ -815,6 +825,7 @@ def validate_request(body: Any) -> RequestOptions:
     functions = _check_tools(body)
     _check_tool_choice(body, functions)
     _opt_bool(body, "parallel_tool_calls")
+    _opt_bool(body, "enable_response_messages")  # vLLM's (run/messages.py)
     max_output_tokens = _opt_int(body, "max_output_tokens", minimum=MIN_OUTPUT_TOKENS)
     max_tool_calls = _opt_int(body, "max_tool_calls", minimum=0)
     temperature = _opt_decimal(body, "temperature", minimum=0.0, maximum=2.0)

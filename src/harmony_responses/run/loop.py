@@ -18,7 +18,9 @@ on until a final answer, a client function call, or a limit:
 
 - ``max_output_tokens`` counts every engine call's generated tokens; each call gets what is left (and no
   more than the context window has room for). Nothing left between calls: ``response.incomplete``
-  (``max_output_tokens``). Tool results are input tokens of the next call, never output.
+  (``max_output_tokens``). Tool results are input tokens of the next call, never output; their tokens (the
+  tool message and the ``<|start|>assistant`` after it) are also ``usage.output_tokens_details
+  .tool_output_tokens``, vLLM's detail.
 - ``max_tool_calls`` counts the built-in calls that ran. The first call past it is not run: its item
   ends ``failed`` and the model is told to answer without tools (the API says further calls are
   "ignored"; telling the model is what lets it still answer). A second call past it ends the response
@@ -69,6 +71,7 @@ from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
 from .compact import Compaction, record_summary, write_summary
+from .messages import ResponseMessages
 from .turns import current_start, leave_lane
 
 __all__ = ["ResponseRun"]
@@ -118,6 +121,7 @@ class ResponseRun:
             comes first, then (unless it is a ``compaction_trigger`` response, which ends there) the prelude
             and the answer, from the prompt ``compaction.answer`` renders; ``request`` is then replaced.
         metrics: the response's metrics (default: labelled with the translator's model and the engine's name).
+        messages: the Harmony messages to put in the terminal Response (``enable_response_messages``), or None.
     """
 
     def __init__(
@@ -135,8 +139,11 @@ class ResponseRun:
         prelude: Callable[[Translator], None] | None = None,
         compaction: Compaction | None = None,
         metrics: RunMetrics | None = None,
+        messages: ResponseMessages | None = None,
     ) -> None:
         self.translator = translator
+        if tools:
+            translator.count_tool_output(0)  # a response that may run built-in tools reports their results' tokens
         self._engine = engine
         self._request = request
         self._sealer = sealer
@@ -147,6 +154,7 @@ class ResponseRun:
         self._context_window = context_window
         self._prelude = prelude
         self._compaction = compaction
+        self._messages = messages
         self._prefill: list[int] = []  # after a compaction: the answer's prefill, received once the item is done
         self._summary_tokens = 0  # output tokens of the compaction's summary (not counted against the budget)
         self.metrics = metrics or RunMetrics(model=str(translator.response.get("model")), engine=engine_label(engine))
@@ -479,10 +487,17 @@ class ResponseRun:
         """Start the engine call that continues after a tool result; None when the response ended instead."""
         t = self.translator
         t.start_engine_call()
+        splice, tool_result = self._splice(call), _tool_result(call, result.text)
+        self._generated = []  # spliced: the next engine call's tokens follow
+        if self._messages is not None:
+            self._messages.generated(splice)
+            self._messages.tool_result(tool_result)
         if self._refused > MAX_REFUSED_CALLS:
             t.receive_end("stop")  # the model keeps calling past max_tool_calls: end here (module docstring)
             return None
-        prompt = [*self._request.prompt_ids, *self._splice(call), *_tool_message(call, result.text)]
+        fed_back = [*load_encoding().render(tool_result), _START, _ASSISTANT]
+        t.count_tool_output(len(fed_back))
+        prompt = [*self._request.prompt_ids, *splice, *fed_back]
         budget: list[int] = []
         if self._max_output_tokens is not None:
             budget.append(self._max_output_tokens - (t.output_tokens - self._summary_tokens))
@@ -561,6 +576,9 @@ class ResponseRun:
                 if problem is not None:
                     events[-1:] = self._fail_schema(last, problem)
                     response = events[-1]["response"]
+            if self._messages is not None:
+                self._messages.generated(self._generated)  # the last engine call's (spliced ones are in already)
+                response["output_messages"] = self._messages.output()
             self.final = response
             usage = response.get("usage") or {}
             logger.info(
@@ -633,19 +651,19 @@ def _tool_author(call: ToolCall) -> str:
     return f"{call.namespace}.{call.name}" if call.namespace else call.name
 
 
-def _tool_message(call: ToolCall, text: str) -> list[int]:
-    """``<|start|>{author} to=assistant<|channel|>{channel}<|message|>{text}<|end|><|start|>assistant``.
+def _tool_result(call: ToolCall, text: str) -> Message:
+    """``<|start|>{author} to=assistant<|channel|>{channel}<|message|>{text}<|end|>``, which the next prompt
+    continues with ``<|start|>assistant``.
 
     The result goes on the channel of the call (harmony.md §5.2). Lone surrogates (from a tool's JSON) cannot
     be encoded: they become U+FFFD.
     """
     text = text.encode("utf-8", errors="replace").decode("utf-8") if not text.isascii() else text
-    message = (
+    return (
         Message.from_author_and_content(Author.new(Role.TOOL, _tool_author(call)), text)
         .with_channel(call.channel or "analysis")
         .with_recipient("assistant")
     )
-    return [*load_encoding().render(message), _START, _ASSISTANT]
 
 
 _ASSISTANT = 173781  # "assistant" after <|start|>

@@ -35,6 +35,7 @@ from ..vocab import Vocabulary
 from .compact import Compaction
 from .fit import render_to_fit
 from .loop import ResponseRun
+from .messages import ResponseMessages, wants_messages
 from .tool_search import ToolSearchSession
 from .turns import leave_lane
 
@@ -360,13 +361,15 @@ async def build_run(
     options = request.options
     tool_sessions = ToolSessions()
     python_description = containers.description()
+    messages: ResponseMessages | None = None  # enable_response_messages (messages.py), once the prompt is rendered
 
     def response_translator(recipients: RecipientMap, citations: Any = None) -> Translator:
+        echo = {**request.echo, **(messages.fields() if messages is not None else {})}
         return Translator(
             vocab=vocab,
             new_id=random_id,
             clock=lambda: int(time.time()),
-            response=response_skeleton(id=response_id, created_at=created_at, model=options.model, **request.echo),
+            response=response_skeleton(id=response_id, created_at=created_at, model=options.model, **echo),
             recipients=recipients,
             logprobs=options.top_logprobs is not None,
             citations=citations,
@@ -410,6 +413,11 @@ async def build_run(
     )
     for session in mcp.sessions:
         tool_sessions.add(session)
+    if wants_messages(request.body):
+        threshold = options.compact_threshold
+        # A response that compacts first answers from another rendering, with a prefill of its own.
+        compacting = threshold is not None and len(rendered.token_ids) > threshold
+        messages = ResponseMessages(rendered.messages, () if compacting else rendered.prefill_ids)
     recipients = RecipientMap.from_tools(model_request.get("tools"), loaded=_loaded_tools(model_request.get("input")))
     if recipients.tool_search == "server":
         tool_sessions.add(ToolSearchSession(model_request.get("tools") or []))
@@ -486,4 +494,5 @@ async def build_run(
         prelude=mcp_prelude,
         compaction=compaction,
         metrics=RunMetrics(model=options.model, engine=engine_label(engine), arrived=request_arrived()),
+        messages=messages,
     )

@@ -52,11 +52,24 @@ def response_skeleton(*, id: str, created_at: int, model: str, **echo: Any) -> d
     return response
 
 
-def usage_object(*, input_tokens: int, cached_tokens: int, output_tokens: int, reasoning_tokens: int) -> dict:
+def usage_object(
+    *,
+    input_tokens: int,
+    cached_tokens: int,
+    output_tokens: int,
+    reasoning_tokens: int,
+    tool_output_tokens: int | None = None,
+) -> dict:
+    """The API's ``usage``; with ``tool_output_tokens`` (a response that runs built-in tools), also vLLM's
+    ``output_tokens_details.tool_output_tokens``: the tokens of the tools' results the server fed back to the
+    model, which count in ``input_tokens`` as the prompts they are part of."""
+    details: dict[str, int] = {"reasoning_tokens": reasoning_tokens}
+    if tool_output_tokens is not None:
+        details["tool_output_tokens"] = tool_output_tokens
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "output_tokens_details": details,
         "total_tokens": input_tokens + output_tokens,
     }

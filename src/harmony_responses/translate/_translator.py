@@ -162,6 +162,9 @@ class Translator:
         self.cached_tokens = 0
         self.output_tokens = 0
         self.reasoning_tokens = 0
+        # Built-in tools' results fed back to the model, a usage detail reported by runs that have tools (None:
+        # not reported, the usage stays the API's).
+        self.tool_output_tokens: int | None = None
         # output_tokens when the last built-in call was made: where the tool loop cuts the engine call's tokens
         # to splice the tool result in (tokens the engine wrote after the call are not part of the prompt).
         self.output_tokens_at_call = 0
@@ -207,6 +210,12 @@ class Translator:
         """Token counts of one engine call's prompt (summed over the calls of the response)."""
         self.input_tokens += prompt_tokens
         self.cached_tokens += cached_tokens
+
+    def count_tool_output(self, tokens: int) -> None:
+        """A built-in tool's result fed back to the model took ``tokens`` of the next prompt
+        (``usage.output_tokens_details.tool_output_tokens``; the prompt's count is input, as always).
+        ``count_tool_output(0)`` makes the usage report the detail without adding to it."""
+        self.tool_output_tokens = (self.tool_output_tokens or 0) + tokens
 
     def receive_end(self, reason: FinishReason, message: str | None = None) -> None:
         """The engine call ended: ``stop`` (stop token or end of sequence), ``length`` or ``error``."""
@@ -1131,6 +1140,7 @@ class Translator:
             cached_tokens=self.cached_tokens,
             output_tokens=self.output_tokens,
             reasoning_tokens=self.reasoning_tokens,
+            tool_output_tokens=self.tool_output_tokens,
         )
         if status == "completed":
             response["completed_at"] = self._clock()
