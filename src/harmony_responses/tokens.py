@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["EngineEnd", "FinishReason", "TokenChunk", "TokenLogprob"]
+__all__ = ["ADMITTED", "EngineEnd", "FinishReason", "TokenChunk", "TokenLogprob"]
 
 # "stop": the engine stopped on a stop token (or its own end of sequence); "length": the token budget ran
 # out; "error": the engine failed mid-stream (``message`` says how).
@@ -37,3 +37,10 @@ class EngineEnd:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+
+
+# What an HTTP engine yields first, once the engine has admitted the request (its status line and headers
+# came, before its prefill): a chunk of no tokens, which every consumer may take as one. A streamed response
+# starts there (``response.created`` does not wait for a long prompt's prefill); until the first token the
+# engine may still raise an ``EngineError`` (an error object in its stream), as before anything was yielded.
+ADMITTED = TokenChunk(token_ids=[])

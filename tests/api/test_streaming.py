@@ -26,7 +26,7 @@ class FakeRun:
         self.closed = False
         self.produced = 0
 
-    async def start(self) -> None:
+    async def start(self, *, at_admission: bool = False) -> None:
         return None
 
     async def aclose(self) -> None:

@@ -35,7 +35,7 @@ class Run:
         self.start_turns = start_turns
         self.start_delay = start_delay
 
-    async def start(self) -> None:
+    async def start(self, *, at_admission: bool = False) -> None:
         for _ in range(self.start_turns):
             await anyio.sleep(0)  # each a loop turn, like the awaits of an engine request
         await anyio.sleep(self.start_delay)

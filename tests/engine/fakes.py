@@ -63,6 +63,9 @@ class Scenario:
     garbage_after: int | None = None  # send a line that is not JSON after this many tokens
     stall_after: int | None = None  # go silent after this many tokens (until the client leaves)
     delay: float = 0.0  # seconds between chunks
+    # Set by the test to let the first token go: until then the engine has admitted the request (its status
+    # line and headers are sent) and is "prefilling".
+    first_token_gate: threading.Event | None = None
     cached: int = 0
     eos: bool = False  # report the stop as the model's own EOS (vLLM: stop_reason null)
     stop_reason: bool = True  # TRT-LLM: send stop_reason at all
@@ -132,6 +135,10 @@ class Fake:
                             finished = True
                             return
                         await asyncio.sleep(3600)
+                if i == 0 and s.first_token_gate is not None:
+                    yield b": prefilling\n\n"  # (an SSE comment) the answer's head goes out with it
+                    while not s.first_token_gate.is_set():
+                        await asyncio.sleep(0.01)
                 if i and s.delay:
                     await asyncio.sleep(s.delay)
                 last = i == len(chunks) - 1

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -199,12 +201,39 @@ def test_error_object_with_code_400_before_the_first_token_is_the_clients_400(
     kind: str, message: str, code: str
 ) -> None:
     # As vLLM (after admission) and SGLang (validation) send them: HTTP 200, then data: {"error": {..., 400}}.
+    # A JSON answer has sent nothing yet: the client's 400. A stream has begun at the engine's admission
+    # (response.created does not wait for the prefill): the refusal ends it in-band, with the engine's words.
     scenario = Scenario(tokens=HELLO, error_after=0, error_message=message, error_code=400)
     with stack(kind, fake_for(kind, scenario)) as s:
         with s.client() as client, pytest.raises(openai.BadRequestError) as info:
-            client.responses.create(model=MODEL, input="Hi", stream=True)
+            client.responses.create(model=MODEL, input="Hi")
+        events = _stream(s)
     assert info.value.status_code == 400 and info.value.code == code
     assert message in info.value.message
+    assert events[0]["type"] == "response.created"
+    assert message in _failed(events)
+
+
+@pytest.mark.parametrize("kind", ENGINES)
+def test_response_created_goes_out_at_the_engines_admission_not_its_first_token(kind: str) -> None:
+    # The engine answers its status line at once and holds its first token (a long prefill) until the test
+    # has read response.created: before, the stream sent nothing until the first token, so this waited forever.
+    gate = threading.Event()
+    with stack(kind, fake_for(kind, Scenario(tokens=HELLO, first_token_gate=gate))) as s:
+        seen: list[str] = []
+        body = {"model": MODEL, "input": "Hi", "stream": True}
+        with httpx.stream("POST", f"{s.base_url}/responses", json=body, timeout=30) as answer:
+            assert answer.status_code == 200
+            lines = answer.iter_lines()
+            for text in lines:
+                if text.startswith("event: "):
+                    seen.append(text[7:])
+                    if text == "event: response.in_progress":
+                        break
+            assert not gate.is_set() and seen == ["response.created", "response.in_progress"]
+            gate.set()
+            seen += [text[7:] for text in lines if text.startswith("event: ")]
+    assert "response.output_text.delta" in seen and seen[-1] == "response.completed"
 
 
 @pytest.mark.parametrize("kind", ENGINES)

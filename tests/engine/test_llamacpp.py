@@ -15,7 +15,7 @@ import pytest
 from harmony_responses.engine import EngineOptions
 from harmony_responses.engine._base import EngineMismatch, EngineRefused, EngineUnavailable, GenerateRequest
 from harmony_responses.engine._llamacpp import LlamaCppEngine, recover_ids
-from harmony_responses.tokens import EngineEnd, TokenChunk
+from harmony_responses.tokens import ADMITTED, EngineEnd, TokenChunk
 
 from .fakes import LlamaCppFake, Scenario, harmony, run_fake
 
@@ -30,7 +30,9 @@ async def _run(
     await engine.start()
     try:
         chunks: list[TokenChunk] = []
-        async for item in engine.generate(request):
+        stream = engine.generate(request)
+        assert await anext(stream) is ADMITTED  # the engine's status line came: the request is admitted
+        async for item in stream:
             if isinstance(item, TokenChunk):
                 chunks.append(item)
             else:

@@ -43,7 +43,7 @@ class FinishingRun:
         self.closing = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self, *, at_admission: bool = False) -> None:
         return None
 
     async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:

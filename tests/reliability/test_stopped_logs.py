@@ -37,7 +37,7 @@ class HeldRun:
         self.translator = make_translator()
         self.held = asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self, *, at_admission: bool = False) -> None:
         return None
 
     def count_unreported_prompt(self) -> None:

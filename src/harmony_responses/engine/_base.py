@@ -5,12 +5,15 @@ token ids come out, and everything above it (rendering, parsing Harmony, SSE) is
 
 The stream contract, for every ``Engine.generate``:
 
-- it yields zero or more ``TokenChunk`` and then exactly one ``EngineEnd``, last;
+- it yields zero or more ``TokenChunk`` and then exactly one ``EngineEnd``, last; an HTTP engine's first
+  item is ``tokens.ADMITTED`` (a chunk of no tokens) once the engine has admitted the request, before
+  its prefill, and it may still raise ``EngineError`` after it until its first token;
 - the generated ids *include* the stop token (``<|call|>`` or ``<|return|>``) when the engine stopped on
   one, and the finish reason is then ``"stop"``; a budget cut is ``"length"``;
 - a failure once the stream is under way is reported in-band as ``EngineEnd(reason="error",
   message=...)``, never raised, so that the server can still close the response properly;
-- a failure before anything was yielded (engine unreachable, request refused) raises ``EngineError``,
+- a failure before anything but ``ADMITTED`` was yielded (engine unreachable, request refused) raises
+  ``EngineError``,
   which the server turns into an HTTP error (503) because no response has started yet;
 - cancelling the consuming task, or ``aclose()`` on the returned generator, stops the generation
   promptly and releases what it holds (HTTP adapters close the connection and abort the engine request);

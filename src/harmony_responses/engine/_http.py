@@ -54,7 +54,7 @@ import anyio
 import orjson
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
-from ..tokens import EngineEnd, FinishReason, TokenChunk, TokenLogprob
+from ..tokens import ADMITTED, EngineEnd, FinishReason, TokenChunk, TokenLogprob
 from ..vocab import VOCAB_SIZE, load_encoding
 from ._base import (
     Engine,
@@ -689,6 +689,9 @@ class HTTPEngine(Engine):
                                     continue
                             may_run = False
                             raise error
+                        # Admitted: a streamed response starts now, not after the prefill (tokens.ADMITTED).
+                        yield ADMITTED
+                        watchdog.task = current_task()  # type: ignore[assignment]  # the task reading on
                         # Whatever the socket delivered, split into lines here rather than one
                         # ``readline`` await per line: that costs several Python calls and an await per
                         # token, and under load one read holds many lines, whose tokens then go on as one

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from openai_harmony import HarmonyError
 
-from ..tokens import EngineEnd, TokenChunk, TokenLogprob
+from ..tokens import ADMITTED, EngineEnd, TokenChunk, TokenLogprob
 from ..vocab import load_encoding
 from ._base import Engine, EngineError, EngineStream, GenerateRequest
 
@@ -67,7 +67,9 @@ class RecordingEngine(Engine):
         line: dict[str, Any] | None = None
         try:
             async for item in self.engine.generate(request):
-                if isinstance(item, TokenChunk):
+                if item is ADMITTED:
+                    pass  # not a chunk the model wrote: a replay yields its first chunk at once anyway
+                elif isinstance(item, TokenChunk):
                     tokens.extend(item.token_ids)
                     chunks.append(len(item.token_ids))
                     if item.logprobs is not None:

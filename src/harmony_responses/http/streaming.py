@@ -212,7 +212,8 @@ class RunResponse:
 
     async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self.run.start()
+            # Streamed: the response starts once the engine has admitted the request, not at its first token.
+            await self.run.start(at_admission=self.stream)
         except Exception as exc:
             # Nothing is on the wire yet: an ordinary JSON error (503 for an engine that refuses).
             await error_response(exc, method=scope.get("method", ""), path=scope.get("path", ""))(scope, receive, send)

@@ -272,7 +272,7 @@ class _Connection:
             assert isinstance(outcome, ResponseRun | StoredRun), "background is refused above"
             try:
                 try:
-                    await outcome.start()
+                    await outcome.start(at_admission=True)
                 except Exception as exc:
                     await self._send_error(to_api_error(exc), stream_id)
                     return

@@ -285,7 +285,7 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
             translator.begin()
             live.publish(translator.events())
             try:
-                await run.start()
+                await run.start(at_admission=True)
             except Exception as exc:
                 # The POST has answered already: an engine refusing the request fails the response in-band.
                 translator.receive_end("error", f"the engine could not take the request: {exc}")
@@ -408,8 +408,8 @@ class StoredRun:
     def translator(self) -> Any:
         return self._run.translator
 
-    async def start(self) -> None:
-        await self._run.start()
+    async def start(self, *, at_admission: bool = False) -> None:
+        await self._run.start(at_admission=at_admission)
         self._live.insert(self._insert)
 
     async def batches(self) -> AsyncIterator[bytes]:

@@ -61,12 +61,12 @@ from typing import Any
 import orjson
 from openai_harmony import Author, Message, Role
 
-from ..engine import Engine, EngineStream, GenerateRequest, reading_here
+from ..engine import Engine, EngineError, EngineStream, GenerateRequest, reading_here
 from ..errors import APIError
 from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, engine_label, failure_reason
 from ..request.schema import instance_problem
 from ..request.sealed import ReasoningSealer
-from ..tokens import EngineEnd, TokenChunk
+from ..tokens import ADMITTED, EngineEnd, TokenChunk
 from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
@@ -175,8 +175,11 @@ class ResponseRun:
     def request_id(self) -> str | None:
         return self._request.request_id
 
-    async def start(self) -> None:
-        """Call the engine and wait for its first item.
+    async def start(self, *, at_admission: bool = False) -> None:
+        """Call the engine and wait for its first item; ``at_admission`` (a streamed response): only until
+        the engine has admitted the request (``tokens.ADMITTED``), so that ``response.created`` does not wait
+        for the prefill. A refusal inside the engine's stream before its first token is then an in-band
+        failure; a JSON answer has sent nothing yet, and waits for the first item, so it stays an HTTP error.
 
         Raises:
             EngineError: the engine cannot take the request (nothing has been sent: answer 503).
@@ -191,7 +194,7 @@ class ResponseRun:
         if self.translator.pending_tool_call is not None:
             self._began = True
             return  # a call set up before generation (an approved MCP call) runs first: batches() does it
-        self._first = await self._open_call()
+        self._first = await self._open_call(at_admission=at_admission)
         self._began = True
 
     def shutdown(self) -> None:
@@ -365,6 +368,10 @@ class ResponseRun:
             except StopAsyncIteration:  # the stream ended with no EngineEnd: the engine broke its contract
                 t.receive_end("error", "the engine stream ended without saying how")
                 return
+            except EngineError as exc:  # before its first token, after admission: the stream has begun
+                self.metrics.engine_failed(failure_reason(exc))
+                t.receive_end("error", str(exc) or type(exc).__name__)
+                return
             except Exception as exc:  # the engine broke its contract (it must report errors in-band)
                 self.metrics.engine_failed("contract")
                 logger.exception("engine stream raised mid-generation")
@@ -518,8 +525,9 @@ class ResponseRun:
             t.receive_end("error", str(exc) or type(exc).__name__)
             return None
 
-    async def _open_call(self) -> TokenChunk | EngineEnd | _Empty:
-        """Send ``self._request`` to the engine and wait for its first item, counted and shown as queued meanwhile.
+    async def _open_call(self, *, at_admission: bool = False) -> TokenChunk | EngineEnd | _Empty:
+        """Send ``self._request`` to the engine and wait for its first item (``at_admission``: or its
+        admission, ``tokens.ADMITTED``), counted and shown as queued meanwhile.
 
         Raises what the engine raises before its first item (counted as a failure); callers decide whether
         that refuses the response or fails it in-band.
@@ -531,7 +539,10 @@ class ResponseRun:
         try:
             self._stream = self._engine.generate(self._request)
             self._stream_started = True
-            return await anext(self._stream)
+            item = await anext(self._stream)
+            if item is ADMITTED and not at_admission:
+                item = await anext(self._stream)
+            return item
         except StopAsyncIteration:
             return _Empty()
         except Exception as exc:
