@@ -19,6 +19,7 @@ import pytest
 from harmony_responses.engine._base import EngineRefused, GenerateRequest
 from harmony_responses.engine._options import EngineOptions
 from harmony_responses.engine._sglang import SGLangEngine
+from harmony_responses.tokens import ADMITTED
 
 from ..gateway import Gateway
 from .conftest import CONTEXT_LENGTH, PREFERRED_SAMPLING, SERVED_MODEL, SGLang, harmony
@@ -211,6 +212,7 @@ def test_sglang_in_stream_refusals_map_by_their_code(stack: Stack) -> None:
         engine = SGLangEngine(EngineOptions(url=sglang.url))
         try:
             stream = engine.generate(request)
+            assert await stream.__anext__() is ADMITTED  # its 200 came: the refusal follows in the stream
             with pytest.raises(EngineRefused) as info:
                 await stream.__anext__()
             return info.value

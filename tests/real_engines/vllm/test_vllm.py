@@ -275,19 +275,19 @@ def test_no_max_output_tokens_on_a_small_context(gateway: Gateway, completions: 
 
 def test_error_object_in_a_200_stream_maps_by_its_code(gateway: Gateway, completions: VLLM) -> None:
     # vLLM checks --max-logprobs after admission: the refusal comes as data: {"error": {..., "code": 400}}.
+    # A JSON answer has sent nothing yet: the client's 400. A stream began at the admission: it ends in-band.
     assert completions.script is not None
     completions.script.say("case-toomany", final("unused"))
+    body: dict[str, Any] = {"model": MODEL, "input": "case-toomany: hi", "top_logprobs": MAX_LOGPROBS + 3}
     with gateway.client() as client, pytest.raises(openai.BadRequestError) as info:
-        client.responses.create(
-            model=MODEL,
-            input="case-toomany: hi",
-            top_logprobs=MAX_LOGPROBS + 3,
-            include=LOGPROBS,
-            stream=True,  # type: ignore[list-item]
-        )
+        client.responses.create(**body, include=LOGPROBS)  # type: ignore[arg-type]
     assert info.value.status_code == 400
     assert info.value.code == "invalid_request_error"
     assert "greater than max allowed: 5" in info.value.message
+    with gateway.client() as client, pytest.raises(openai.APIError) as streamed:
+        for _ in client.responses.create(**body, include=LOGPROBS, stream=True):  # type: ignore[arg-type]
+            pass
+    assert "greater than max allowed: 5" in streamed.value.message
 
 
 def test_cached_tokens_from_prefix_caching(gateway: Gateway, completions: VLLM) -> None:
