@@ -15,14 +15,12 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from api.helpers import MODEL, sse_events, write_script
 from state.test_processes import Server
 from state.test_workers import Workers, two_producers
+from state.test_workers import started as started  # the servers' fixture: stopped at the end
 from translate.invariants import check_stream
 
 WALL_CLOCK = Path(__file__).parent / "wall_clock"
@@ -30,14 +28,6 @@ STEP = 3600.0
 # Long enough to outlast the steps and the heartbeats waited for (HEARTBEAT_INTERVAL = 2 s) on a loaded machine;
 # the test cancels the responses when it is done with them.
 LONG = {"harmony": "<|channel|>final<|message|>" + "word " * 3000 + "<|return|>", "delay_ms": 20}
-
-
-@pytest.fixture
-def started() -> Iterator[list[Workers]]:
-    servers: list[Workers] = []
-    yield servers
-    for server in servers:
-        server.stop()
 
 
 def step(path: Path, steps: dict[str, float]) -> None:
