@@ -379,7 +379,9 @@ def test_threads_count_as_processes() -> None:
         "    print('stopped after', n)\n"
     )
     (result,) = run_cells(code)
-    assert "stopped after" in result.output and int(result.output.split()[2]) < LIMITS.processes
+    # The sandbox's budget is ``processes`` plus bwrap's two and the driver's main thread; where bwrap's
+    # processes are counted elsewhere (a server not run as root: no uid of its own), a cell gets all of it.
+    assert "stopped after" in result.output and int(result.output.split()[2]) <= LIMITS.processes
 
 
 def test_memory_bomb_is_a_memory_error_and_the_state_survives() -> None:
