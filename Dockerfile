@@ -1,6 +1,6 @@
 # harmony-responses serve in a container: the package built from this checkout, bubblewrap for the code
-# interpreter's sandbox, a user that is not root. README "Docker" says how to run it; compose.yaml puts it in
-# front of vLLM.
+# interpreter's sandbox, a user that is not root. docs/production/index.md "Docker" says how to run it;
+# compose.yaml puts it in front of vLLM.
 #   docker build -t harmony-responses .
 #   docker run --rm --init -p 127.0.0.1:8400:8400 harmony-responses --engine vllm:http://gpu-box:8000
 

@@ -1,10 +1,14 @@
-"""Generated documentation stays in step with the code it is generated from."""
+"""The user guide (docs/, a MkDocs site) and the README landing page: generated parts stay in step with the
+code they are generated from, every runnable block runs and prints what it says, and the site builds with no
+warnings."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
 from pathlib import Path
+
+from guide import page, pages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,13 +22,13 @@ def test_translator_state_diagram_is_current() -> None:
     assert current == module.render(), "run: .venv/bin/python scripts/state-diagram.py"
 
 
-def test_readme_options_table_is_the_declared_one() -> None:
-    from harmony_responses.serve.options import markdown_table
+def test_guide_options_table_is_the_declared_one() -> None:
+    from harmony_responses.serve.options import TABLE_PAGE, generated_region, markdown_table
 
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("-->\n", readme.index("<!-- options: generated")) + 4
-    end = readme.index("<!-- options: end -->")
-    assert readme[start:end] == markdown_table(), "run: .venv/bin/python -m harmony_responses.serve.options"
+    assert TABLE_PAGE == ROOT / "docs" / "reference" / "options.md"
+    text = TABLE_PAGE.read_text()
+    start, end = generated_region(text)
+    assert text[start:end] == markdown_table(), "run: .venv/bin/python -m harmony_responses.serve.options --write"
 
 
 def test_help_shows_every_declared_option_and_its_environment_twin() -> None:
@@ -84,7 +88,7 @@ def test_help_lists_each_option_under_its_group_with_its_default_and_a_named_val
             assert value == option.metavar or value.startswith("{"), entry
 
 
-def test_readme_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Path) -> None:
+def test_guide_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Path) -> None:
     import re
 
     import orjson
@@ -92,8 +96,8 @@ def test_readme_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Pa
     from harmony_responses.engine import load_script
     from harmony_responses.vocab import load_encoding
 
-    blocks = re.findall(r"^```jsonl\n(.*?)^```$", (ROOT / "README.md").read_text(), re.S | re.M)
-    assert len(blocks) >= 2, "the README's replay format section shows a script and a recorded line"
+    blocks = re.findall(r"^```jsonl\n(.*?)^```$", page("engines/replay.md"), re.S | re.M)
+    assert len(blocks) >= 2, "the guide's replay format section shows a script and a recorded line"
     for i, block in enumerate(blocks):
         path = tmp_path / f"block{i}.jsonl"
         path.write_text(block)
@@ -103,15 +107,15 @@ def test_readme_replay_examples_are_scripts_the_replay_engine_plays(tmp_path: Pa
                 assert obj["text"] == load_encoding().decode(obj["tokens"])
 
 
-# A README block that a test runs is marked by the comment before it; the block it prints, likewise (without
+# A guide block that a test runs is marked by the comment before it; the block it prints, likewise (without
 # one, the block need only succeed). Comments, so that neither GitHub nor MkDocs shows the marks.
 _RUN = re.compile(r"^<!-- test: (run|prints) -->\n```(\w+)\n(.*?)^```$", re.S | re.M)
 
 
-def _readme_examples() -> list[tuple[str, str, str | None]]:
-    """The README's runnable blocks in order: (language, code, what it prints or None)."""
+def _guide_examples() -> list[tuple[str, str, str | None]]:
+    """The guide's runnable blocks in the order of its pages: (language, code, what it prints or None)."""
     examples: list[tuple[str, str, str | None]] = []
-    for mark in _RUN.finditer((ROOT / "README.md").read_text()):
+    for mark in _RUN.finditer("\n".join(path.read_text() for path in pages())):
         kind, language, text = mark.groups()
         if kind == "run":
             examples.append((language, text, None))
@@ -122,7 +126,7 @@ def _readme_examples() -> list[tuple[str, str, str | None]]:
 
 
 def _printed(expected: str) -> re.Pattern[str]:
-    """What a README block says it prints, as a pattern: "…" stands for what is left out (a line of it alone,
+    """What a guide block says it prints, as a pattern: "…" stands for what is left out (a line of it alone,
     any lines)."""
     pattern = ""
     for line in expected.splitlines():
@@ -130,7 +134,7 @@ def _printed(expected: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-def test_readme_examples_run_against_a_real_server_and_print_what_it_says(tmp_path: Path) -> None:
+def test_guide_examples_run_against_a_real_server_and_print_what_it_says(tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
@@ -138,26 +142,62 @@ def test_readme_examples_run_against_a_real_server_and_print_what_it_says(tmp_pa
     from harmony_responses.serve.options import BY_NAME
     from reliability.server_process import server_process
 
-    examples = _readme_examples()
+    examples = _guide_examples()
     code = "\n".join(text for _, text, _ in examples)
     for api in ("responses.create(", "responses.stream(", "curl -sN", "Runner.run_sync(", "set_default_openai_client("):
-        assert api in code, f"the README's examples no longer show {api}"
-    # The README says the default port; the test's server listens on a free one.
+        assert api in code, f"the guide's examples no longer show {api}"
+    # The guide says the default port; the test's server listens on a free one.
     address = f"127.0.0.1:{BY_NAME['port'].default}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "HARMONY_RESPONSES_"))}
-    # As a newcomer's shell has it: the venv's commands are not on PATH (the README says where they are).
+    # As a newcomer's shell has it: the venv's commands are not on PATH (the guide says where they are).
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
     with server_process(["--engine", "echo", "--store", f"sqlite:{tmp_path / 'store.sqlite3'}"]) as server:
         for i, (language, text, expected) in enumerate(examples):
             assert language in ("python", "bash"), (language, text)
             if "127.0.0.1:" in text:
-                assert address in text, f"README example {i + 1} does not use the default address {address}"
+                assert address in text, f"guide example {i + 1} does not use the default address {address}"
             script = tmp_path / f"example{i}.{'py' if language == 'python' else 'sh'}"
             script.write_text(text.replace(address, f"127.0.0.1:{server.port}"))
             command = [sys.executable, script] if language == "python" else ["bash", "-eo", "pipefail", script]
-            # From the checkout's folder, where the README's commands are run.
+            # From the checkout's folder, where the guide's commands are run.
             done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-            assert done.returncode == 0, f"README example {i + 1} exited {done.returncode}: {done.stderr}"
+            assert done.returncode == 0, f"guide example {i + 1} exited {done.returncode}: {done.stderr}"
             if expected is not None:
-                assert _printed(expected).fullmatch(done.stdout), f"README example {i + 1} printed:\n{done.stdout}"
+                assert _printed(expected).fullmatch(done.stdout), f"guide example {i + 1} printed:\n{done.stdout}"
+
+
+def test_the_guide_builds_without_warnings(tmp_path: Path) -> None:
+    import subprocess
+
+    # scripts/docs as a newcomer runs it (mkdocs build --strict), into a folder of the test's.
+    site = tmp_path / "site"
+    done = subprocess.run([ROOT / "scripts" / "docs", "--site-dir", site], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    # mkdocs's own log lines ("WARNING -  …"); what the install step may log is not the guide's.
+    assert not re.search(r"^WARNING +-", done.stderr, re.M) and "Documentation built" in done.stderr, done.stderr
+    # Every page of the nav became a page of the site, the generated options table included.
+    built = {path.relative_to(site).as_posix() for path in site.rglob("*.html")}
+    assert {path.relative_to(ROOT / "docs").with_suffix(".html").as_posix() for path in pages()} <= built
+    assert "HARMONY_RESPONSES_ENGINE_URL" in (site / "reference" / "options.html").read_text()
+    # Offline: no web fonts or scripts from elsewhere (the theme's default fonts come from Google).
+    assert "fonts.googleapis.com" not in (site / "index.html").read_text()
+
+
+def test_every_guide_page_is_in_the_nav() -> None:
+    # mkdocs only logs a page left out of the nav; a reader of the site would never find it.
+    assert sorted(pages()) == sorted((ROOT / "docs").rglob("*.md"))
+
+
+def test_readme_is_a_short_landing_page_whose_blocks_are_the_guide_s() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 150
+    assert "scripts/serve" in readme and "scripts/test" in readme
+    # Each block is one the guide has, word for word, so that the guide's tests check what the README shows.
+    guide = "\n".join(path.read_text() for path in pages())
+    blocks = re.findall(r"^```\w*\n.*?^```$", readme, re.S | re.M)
+    assert len(blocks) >= 4, blocks
+    for block in blocks:
+        assert block in guide, f"the README shows a block the guide does not:\n{block}"
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        assert (ROOT / target).is_file(), f"the README links to {target}, which does not exist"

@@ -1,4 +1,5 @@
-"""The package's layout is what the README draws: the folders exist, and imports run one way only.
+"""The package's layout is what the guide draws (docs/reference/architecture.md): the folders exist, and
+imports run one way only.
 
 A request passes through ``http/`` → ``request/`` → ``run/`` → ``render/``, ``engine/``, ``translate/``,
 ``tools/``, ``store/``; ``serve/`` wires them together. The HTTP layer reaches the packages below only
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from guide import page
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "harmony_responses"
 
@@ -26,22 +29,20 @@ FORBIDDEN = {
 }
 
 
-def _section(title: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index(f"## {title}")
-    return readme[start : readme.index("\n## ", start + 1)]
+def _built() -> str:
+    return page("reference/architecture.md")
 
 
-def test_every_folder_and_module_the_readme_names_exists() -> None:
-    section = _section("How it is built")
+def test_every_folder_and_module_the_guide_names_exists() -> None:
+    section = _built()
     named = set(re.findall(r"`((?:[a-z_]+/)+(?:[a-z_]+\.py)?)`", section))
     assert {"http/", "request/", "run/", "render/", "engine/", "translate/", "tools/", "store/", "serve/"} <= named
     missing = sorted(path for path in named if not (PACKAGE / path).exists() and not (ROOT / path).exists())
-    assert not missing, f"the README's 'How it is built' names what does not exist: {missing}"
+    assert not missing, f"the guide's 'How it is built' names what does not exist: {missing}"
 
 
-def test_the_readme_draws_the_stages_in_the_order_of_the_flow() -> None:
-    rows = [line for line in _section("How it is built").splitlines() if re.match(r"\| \d \|", line)]
+def test_the_guide_draws_the_stages_in_the_order_of_the_flow() -> None:
+    rows = [line for line in _built().splitlines() if re.match(r"\| \d \|", line)]
     folders = [re.search(r"`([a-z_]+)/`", row).group(1) for row in rows]  # type: ignore[union-attr]
     assert folders == ["http", "request", "run", "render", "engine", "translate", "tools", "store"]
 

@@ -1,6 +1,6 @@
 """The package as it reaches a user: the sdist and wheel ``python -m build`` makes, installed into a clean venv
 and serving; the Dockerfile that builds the same package into an image; compose.yaml, which puts that image in
-front of vLLM; and the README saying the same.
+front of vLLM; and the guide (docs/) saying the same.
 
 The build runs on a copy of the checkout's files (those git tracks or would add), as a fresh clone has them,
 and ``python -m build`` makes the wheel from the sdist, so a file the sdist leaves out is missing from the
@@ -29,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+from guide import pages, section
 from harmony_responses.serve.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,18 +253,11 @@ def test_image_builds_and_serves(container_tool: str) -> None:
         subprocess.run([container_tool, "rm", "-f", name], capture_output=True)
 
 
-# --- compose.yaml and the README -------------------------------------------------------------------------
+# --- compose.yaml and the guide --------------------------------------------------------------------------
 
 
 def _compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "compose.yaml").read_text())  # type: ignore[no-any-return]
-
-
-def _readme_section(title: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index(f"\n## {title}\n") if f"\n## {title}\n" in readme else readme.index(f"\n### {title}\n")
-    following = re.search(r"\n#{2,3} ", readme[start + 1 :])
-    return readme[start : start + 1 + following.start()] if following else readme[start:]
 
 
 def _bash_lines(section: str) -> list[list[str]]:
@@ -292,9 +286,9 @@ def _host_left_out(words: list[str]) -> list[str]:
     return words[:at] + words[at + 2 :]
 
 
-def test_compose_runs_the_readme_vllm_recipe_in_the_tier_s_version() -> None:
+def test_compose_runs_the_guide_s_vllm_recipe_in_the_tier_s_version() -> None:
     vllm = _compose()["services"]["vllm"]
-    recipes = _bash_lines(_readme_section("Against a real engine"))
+    recipes = _bash_lines(section("engines/vllm.md", "Against a real engine"))
     [recipe] = [words for words in recipes if words[:2] == ["vllm", "serve"]]
     # `vllm serve` is the image's entrypoint, the model its --model; vLLM listens on every address of its
     # container (the recipe: 127.0.0.1), with the recipe's other flags.
@@ -320,8 +314,8 @@ def test_compose_points_the_server_at_vllm_and_publishes_its_port() -> None:
     assert any(volume.endswith(":/data") for volume in server["volumes"])
 
 
-def test_readme_docker_section_runs_this_image() -> None:
-    commands = _bash_lines(_readme_section("Docker"))
+def test_guide_s_docker_section_runs_this_image() -> None:
+    commands = _bash_lines(section("production/index.md", "Docker"))
     assert ["docker", "build", "-t", IMAGE, "."] in commands
     assert ["docker", "compose", "up"] in commands
     [run] = [words for words in commands if words[:2] == ["docker", "run"]]
@@ -330,11 +324,11 @@ def test_readme_docker_section_runs_this_image() -> None:
     _serve_config(run[run.index(IMAGE) + 1 :])
 
 
-def test_readme_says_how_to_install_without_an_index() -> None:
-    section = _readme_section("Installing the package")
-    commands = _bash_lines(section)
+def test_guide_says_how_to_install_without_an_index() -> None:
+    installing = section("production/index.md", "Installing the package")
+    commands = _bash_lines(installing)
     assert ["pip", "install", ".[postgres]"] in commands and ["python", "-m", "build"] in commands
-    readme = (ROOT / "README.md").read_text()
-    assert "pip install 'harmony-responses[postgres]'" not in readme  # no index serves it by that name
+    for path in [ROOT / "README.md", *pages()]:
+        assert "pip install 'harmony-responses[postgres]'" not in path.read_text()  # no index serves that name
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert all(f"`{extra}`" in section for extra in extras), extras
+    assert all(f"`{extra}`" in installing for extra in extras), extras

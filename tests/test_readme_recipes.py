@@ -1,5 +1,5 @@
-"""The README's "Against a real engine" recipes: each engine command and ours agree, and use only what the
-real-engine tier's servers were run with.
+"""The guide's "Against a real engine" recipes (docs/engines/KIND.md, one page per HTTP engine): each engine
+command and ours agree, and use only what the real-engine tier's servers were run with.
 
 A recipe is a ```bash block of two lines, the engine's command then ``scripts/serve --engine KIND:URL``. Ours
 must parse as ``serve`` parses it and reach the engine on the port the engine command gives, which is also
@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from guide import DOCS, section
 from harmony_responses.engine import engine_from_spec
 from harmony_responses.serve.cli import add_serve_arguments, config_from_args
 
@@ -28,22 +29,20 @@ TIERS = ROOT / "tests" / "real_engines"
 ONLY_ON_A_GPU_MACHINE = {"llamacpp": {"-hf"}}
 
 
-def _section(title: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index(f"\n## {title}\n")
-    end = readme.index("\n## ", start + 1)
-    return readme[start:end]
-
-
 def recipes() -> dict[str, tuple[list[str], list[str]]]:
-    """engine kind → (its command's words, ours after ``scripts/serve``)."""
+    """engine kind → (its command's words, ours after ``scripts/serve``), from every engine page that has a
+    recipe; the page is named by the kind its recipe serves."""
     found = {}
-    for block in re.findall(r"```bash\n(.*?)```", _section("Against a real engine"), re.S):
-        engine_line, ours_line = block.strip().splitlines()
-        ours = shlex.split(ours_line)
-        assert ours[0] == "scripts/serve", ours_line
-        kind = ours[ours.index("--engine") + 1].partition(":")[0]
-        found[kind] = (shlex.split(engine_line), ours[1:])
+    for path in sorted((DOCS / "engines").glob("*.md")):
+        if "\n## Against a real engine\n" not in path.read_text() or path.name == "index.md":
+            continue
+        for block in re.findall(r"```bash\n(.*?)```", section(f"engines/{path.name}", "Against a real engine"), re.S):
+            engine_line, ours_line = block.strip().splitlines()
+            ours = shlex.split(ours_line)
+            assert ours[0] == "scripts/serve", ours_line
+            kind = ours[ours.index("--engine") + 1].partition(":")[0]
+            assert path.stem == kind, f"docs/engines/{path.name} has the recipe of {kind}"
+            found[kind] = (shlex.split(engine_line), ours[1:])
     return found
 
 
@@ -53,7 +52,7 @@ def _flags(command: list[str]) -> set[str]:
     return {word for word in command if word.startswith("-")}
 
 
-def test_readme_has_a_recipe_per_http_engine() -> None:
+def test_guide_has_a_recipe_per_http_engine() -> None:
     assert set(recipes()) == {"vllm", "sglang", "llamacpp", "trtllm"}
 
 

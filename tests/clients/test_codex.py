@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine.fakes import Scenario, VLLMFake, harmony, run_fake
+from guide import page
 from harmony_responses.render._compaction import SUMMARY_INSTRUCTION, SUMMARY_PREFIX
 from harmony_responses.vocab import load_encoding
 
@@ -63,7 +64,7 @@ openai_base_url = "{base_url}/v1"
 """
 
 
-# The model catalog the README points Codex at (`model_catalog_json`), so that Codex does not fall back to generic
+# The model catalog the guide points Codex at (`model_catalog_json`), so that Codex does not fall back to generic
 # metadata: every test that sets it runs the shipped file. Codex >= 0.131 requires such an entry to declare
 # apply_patch as a freeform (custom) tool.
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -181,31 +182,29 @@ def test_codex_runs_shell_tool_then_answers(serve, replay_script, recording_prox
     assert isinstance(reasoning["encrypted_content"], str) and reasoning["encrypted_content"], reasoning
 
 
-# --- the README's setup, as written ------------------------------------------------------------------------
+# --- the guide's setup, as written ------------------------------------------------------------------------
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-README_BASE_URL = "http://127.0.0.1:8400/v1"
-README_CATALOG = "/path/to/harmony-responses/examples/codex-models.json"
+GUIDE_BASE_URL = "http://127.0.0.1:8400/v1"
+GUIDE_CATALOG = "/path/to/harmony-responses/examples/codex-models.json"
 SHELL_OUTPUT = "hello from the shell tool"  # what examples/codex-shell.jsonl has Codex's shell print
 
 
-def _readme_codex() -> tuple[dict[str, str], list[list[str]]]:
-    """The README's Codex section: its config.toml blocks by provider, and the commands of its bash blocks."""
-    text = README.read_text()
-    start = text.index("\n## Codex CLI\n")
-    section = text[start : text.index("\n## ", start + 1)]
+def _guide_codex() -> tuple[dict[str, str], list[list[str]]]:
+    """The guide's Codex page (docs/clients/codex.md): its config.toml blocks by provider, and the commands of
+    its bash blocks."""
+    section = page("clients/codex.md")
     builtin, custom = re.findall(r"```toml\n(.*?)```", section, re.S)
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     commands = [shlex.split(line) for block in blocks for line in block.splitlines() if line.strip()]
     return {"builtin": builtin, "custom": custom}, commands
 
 
-def _readme_config(provider: str, base_url: str) -> str:
-    """The README's config.toml for ``provider``, pointed at ``base_url`` and at the shipped catalog."""
-    config = _readme_codex()[0][provider]
-    assert config.count(README_BASE_URL) == 1 and config.count(README_CATALOG) == 1, config
+def _guide_config(provider: str, base_url: str) -> str:
+    """The guide's config.toml for ``provider``, pointed at ``base_url`` and at the shipped catalog."""
+    config = _guide_codex()[0][provider]
+    assert config.count(GUIDE_BASE_URL) == 1 and config.count(GUIDE_CATALOG) == 1, config
     catalog = EXAMPLES / "codex-models.json"
-    return config.replace(README_BASE_URL, f"{base_url}/v1").replace(README_CATALOG, str(catalog))
+    return config.replace(GUIDE_BASE_URL, f"{base_url}/v1").replace(GUIDE_CATALOG, str(catalog))
 
 
 def _ran_the_shell_command(run: CodexRun) -> bool:
@@ -214,10 +213,10 @@ def _ran_the_shell_command(run: CodexRun) -> bool:
 
 
 @pytest.mark.parametrize("provider", ["builtin", "custom"])
-def test_codex_runs_the_example_shell_script_with_the_readme_config_and_no_key(
+def test_codex_runs_the_example_shell_script_with_the_guide_config_and_no_key(
     provider: str, serve, recording_proxy, run_codex
 ) -> None:
-    _, commands = _readme_codex()
+    _, commands = _guide_codex()
     assert ["npm", "i", "-g", f"@openai/codex@{_pinned_codex()}"] in commands
     [serve_line] = [words for words in commands if words[0] == "scripts/serve"]
     [exec_line] = [words for words in commands if words[:2] == ["codex", "exec"]]
@@ -228,7 +227,7 @@ def test_codex_runs_the_example_shell_script_with_the_readme_config_and_no_key(
     # The custom provider through the recording proxy (HTTP); the built-in one speaks WebSocket, straight.
     base_url = proxy.base_url if provider == "custom" else server
 
-    run = run_codex(base_url, exec_line[2], _readme_config(provider, base_url), keys={})
+    run = run_codex(base_url, exec_line[2], _guide_config(provider, base_url), keys={})
 
     assert run.returncode == 0, run
     assert run.stdout.strip().splitlines()[-1] == f"The command printed: {SHELL_OUTPUT}", run
@@ -248,7 +247,7 @@ def _pinned_codex() -> str:
 
 def test_codex_builtin_provider_sends_the_key_codex_login_saved(codex: Path, serve, run_codex, tmp_path: Path) -> None:
     server = serve(f"replay:{EXAMPLES / 'codex-shell.jsonl'}", "--api-key", "sekrit")
-    config = _readme_config("builtin", server)
+    config = _guide_config("builtin", server)
     # OPENAI_API_KEY is not what this provider sends: without the login the server refuses it.
     refused = run_codex(server, "Run the greeting command.", config, keys={"OPENAI_API_KEY": "sekrit"})
     assert refused.returncode != 0 and "401 Unauthorized" in refused.stdout + refused.stderr, refused
@@ -266,8 +265,8 @@ def test_codex_builtin_provider_sends_the_key_codex_login_saved(codex: Path, ser
 
 def test_codex_custom_provider_sends_the_env_key_variable(serve, run_codex) -> None:
     server = serve(f"replay:{EXAMPLES / 'codex-shell.jsonl'}", "--api-key", "sekrit")
-    # The README's custom provider, with the line it says to add for a server that has --api-key.
-    config = _readme_config("custom", server).rstrip("\n") + '\nenv_key = "HARMONY_API_KEY"\n'
+    # The guide's custom provider, with the line it says to add for a server that has --api-key.
+    config = _guide_config("custom", server).rstrip("\n") + '\nenv_key = "HARMONY_API_KEY"\n'
     missing = run_codex(server, "Run the greeting command.", config, keys={})
     assert missing.returncode != 0, missing
     assert "Missing environment variable: `HARMONY_API_KEY`" in missing.stdout + missing.stderr, missing

@@ -4,7 +4,7 @@ The server runs the ``echo`` engine: a deterministic stand-in that writes valid 
 (analysis, then a final answer) and calls a function when ``tool_choice`` forces one, which is what the
 suite's tests ask for, in whatever order it runs them. Every test must pass, except for the deliberate
 differences listed below, each with its reason; a listed difference that no longer shows up fails too,
-so that the list (and the README's "Compliance" section) stays true.
+so that the list (and the guide's "Compliance" section, docs/clients/frameworks.md) stays true.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_llm_comply(serve) -> None:
     unexpected = {k: v for k, v in unexpected.items() if v}
     assert not unexpected, f"failures outside the allow-list: {json.dumps(unexpected, indent=2)}\n{report}"
 
-    # Every deliberate difference still shows: a stale entry means the README's list is wrong.
+    # Every deliberate difference still shows: a stale entry means the guide's list is wrong.
     for test_id, errors in ALLOWED_FAILURES.items():
         assert results[test_id]["status"] == "failed", report
         assert set(results[test_id]["errors"]) == set(errors), report

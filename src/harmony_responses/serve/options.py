@@ -1,17 +1,18 @@
 """Every option of ``harmony-responses serve``, declared once: flag, environment twin, type, default, help.
 
 ``OPTIONS`` is the one table that the command line (``cli.add_serve_arguments``), ``--help`` and the
-README's options table (``markdown_table``, checked by tests/test_docs.py) are made from, and that a
-config file will be read by. Each option's environment twin is its flag's name in capitals after
+guide's options table (``markdown_table``, in docs/reference/options.md, checked by tests/test_docs.py) are made
+from, and that a config file will be read by. Each option's environment twin is its flag's name in capitals after
 ``HARMONY_RESPONSES_`` (``--engine-url`` → ``HARMONY_RESPONSES_ENGINE_URL``); a flag on the command line
 wins over its variable, which wins over the default. Repeatable flags take a comma-separated list in their
 variable. Defaults are written as text, as a user would type them: argparse applies ``type`` to a text
 default too, so a bad environment variable gets the same clean error as a bad flag.
 
 Each option belongs to one of ``GROUPS`` (server, engines, …): ``--help`` shows them under its heading, with
-its default and a name for its value (``TOKENS``, ``SECONDS``), and the README has a table per group.
+its default and a name for its value (``TOKENS``, ``SECONDS``), and the guide has a table per group.
 
-Run ``python -m harmony_responses.serve.options`` to print the README's tables.
+Run ``python -m harmony_responses.serve.options --write`` in a checkout to rewrite the guide's tables in
+docs/reference/options.md (without ``--write``: print them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..engine import EngineOptions
@@ -85,7 +87,7 @@ def _lower(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """A heading of ``--help`` and of the README's options tables."""
+    """A heading of ``--help`` and of the guide's options tables."""
 
     name: str
     about: str
@@ -110,7 +112,7 @@ class Option:
     Args:
         flag: the command-line flag (``--engine-url``).
         group: the ``GROUPS`` heading it is listed under.
-        help: what it means, in one sentence for ``--help`` and the README.
+        help: what it means, in one sentence for ``--help`` and the guide.
         type: text → value (argparse's ``type``); None: the text as it is.
         default: the default as text (None: unset).
         metavar: the value's name in ``--help`` (``SECONDS``); every option that takes a value other than
@@ -581,9 +583,34 @@ def _rows(group: Group) -> Iterator[str]:
 
 
 def markdown_table() -> str:
-    """The README's tables of ``serve``'s options, one per group."""
+    """The guide's tables of ``serve``'s options, one per group."""
     return "\n\n".join("\n".join(_rows(group)) for group in GROUPS) + "\n"
 
 
+# The guide's page that holds the tables, in a checkout (src/harmony_responses/serve/ → the checkout's root).
+TABLE_PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "options.md"
+_TABLE_START = "<!-- options: generated"
+_TABLE_END = "<!-- options: end -->"
+
+
+def generated_region(text: str) -> tuple[int, int]:
+    """Where the generated tables are in the page's text: after the line of the start mark, up to the end mark."""
+    start = text.index("-->\n", text.index(_TABLE_START)) + 4
+    return start, text.index(_TABLE_END, start)
+
+
+def write_table(page: Path = TABLE_PAGE) -> None:
+    """Rewrite the generated tables in ``page``, leaving the rest of it as it is."""
+    text = page.read_text()
+    start, end = generated_region(text)
+    page.write_text(text[:start] + markdown_table() + text[end:])
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(markdown_table(), end="")
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        write_table()
+        print(f"wrote the options tables into {TABLE_PAGE}")
+    else:
+        print(markdown_table(), end="")

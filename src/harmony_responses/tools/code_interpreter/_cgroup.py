@@ -17,7 +17,7 @@ Which hierarchy (probed once per process, ``cgroup_support``):
 - **cgroup v1** (the legacy or hybrid layout) when the ``memory`` and ``pids`` hierarchies are mounted and
   the server may create cgroups in them (root, usually); ``cpu`` when mounted.
 - otherwise none, and ``CgroupSupport.reason`` says why; the sandbox still has its per-process rlimits,
-  its capped mounts and its per-cell cleanup (the README lists what holds then).
+  its capped mounts and its per-cell cleanup (docs/tools/code-interpreter.md lists what holds then).
 
 A sandbox's cgroup is removed when the sandbox is killed; one left by a crashed server is removed by the
 next server's probe when it is empty.
