@@ -1,4 +1,5 @@
-"""The ``harmony-responses`` command: ``serve`` runs the server, ``translate`` shows a completion's events."""
+"""The ``harmony-responses`` command: ``serve`` runs the server, ``translate`` shows a completion's events,
+``trace`` shows a response's per-token trace (``tokentrace``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from .serve.cli import add_serve_arguments
+    from .tokentrace._cli import add_trace_arguments
     from .translate_cli import add_translate_arguments
 
     add_serve_arguments(
@@ -31,6 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
                 "Read one Harmony completion (the text a model generated after the prompt's trailing "
                 "<|start|>assistant, special tokens written literally) and print the event stream the server "
                 "would send for it."
+            ),
+        )
+    )
+    add_trace_arguments(
+        commands.add_parser(
+            "trace",
+            help="open a response's trace page (or write it, or a recording's, to a file)",
+            description=(
+                "Show a traced response's per-token trace (serve --trace): fetch it from the server and open its "
+                "page, or write the page or its JSON to a file; or make the page for one engine call of a "
+                "recording (serve --record)."
             ),
         )
     )

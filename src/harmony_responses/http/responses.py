@@ -22,6 +22,9 @@ from ..errors import APIError
 from ..request import ResponseRequest, read_request
 from ..run import Background, Server
 from ..run.turns import enter_lane
+from ..tokentrace import HEADER as TRACE_HEADER
+from ..tokentrace import REQUESTED as TRACE_REQUESTED
+from ..tokentrace import requested as trace_requested
 from .auth import owner_of
 from .connection import body_received
 from .errors import json_response
@@ -157,6 +160,8 @@ async def create_response(request: Request) -> ASGIApp:
     body = await read_json_body(request, request.app.state.max_body_bytes)
     await enter_lane()  # the start work, in arrival order, one lot at a time (run/turns.py)
     prepared = await _read(request, body)
+    if TRACE_HEADER in request.headers:  # honoured only with --trace-header (tokentrace.TraceOptions)
+        TRACE_REQUESTED.set(trace_requested(request.headers[TRACE_HEADER]))
     outcome = await server.create_response(prepared)
     stream = prepared.options.stream
     if isinstance(outcome, Background):

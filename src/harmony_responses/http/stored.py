@@ -6,6 +6,8 @@ Routes (responses-protocol.md §8; shapes of the ``openai`` package's types)::
     DELETE /v1/responses/{id}                    {"id", "object": "response.deleted", "deleted": true}
     GET    /v1/responses/{id}/input_items        list; ?after, ?limit 1..100 (20), ?order asc|desc (desc)
     POST   /v1/responses/{id}/cancel             Response (background only; idempotent)
+    GET    /v1/responses/{id}/trace              a traced response's trace: an HTML page; ?format=json (or an
+                                                 Accept of application/json but not text/html): its JSON
     POST   /v1/conversations                     Conversation; body {items?, metadata?}
     GET    /v1/conversations/{id}                Conversation
     POST   /v1/conversations/{id}                Conversation; body {metadata}
@@ -26,13 +28,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from ..errors import APIError
 from ..request import check_metadata, conversation_items
 from ..run import Server, conversation_object
+from ..tokentrace import render_page
 from .auth import owner_of
 from .errors import json_response
 from .responses import read_json_body
@@ -142,6 +145,30 @@ async def cancel_response(request: Request) -> Response:
     return json_response(await server.stored.cancel(request.path_params["response_id"], owner))
 
 
+# The trace page loads nothing from anywhere: its CSS and script are inline, and this says so to the browser.
+TRACE_PAGE_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+async def retrieve_trace(request: Request) -> Response:
+    server, owner = _server(request)
+    trace = await server.stored.trace(request.path_params["response_id"], owner)
+    wanted = request.query_params.get("format")
+    if wanted not in (None, "", "json", "html"):
+        raise APIError(
+            f"Invalid value: '{wanted}'. Supported values are: 'html' and 'json'.", param="format", code="invalid_value"
+        )
+    accept = request.headers.get("accept", "")
+    if wanted == "json" or (not wanted and "application/json" in accept and "text/html" not in accept):
+        return json_response(trace)
+    return HTMLResponse(
+        render_page(trace),
+        headers={"content-security-policy": TRACE_PAGE_POLICY, "x-content-type-options": "nosniff"},
+    )
+
+
 # ---------------------------------------------------------------------------------------------- conversations
 
 
@@ -222,6 +249,7 @@ routes = [
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
     Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+    Route("/v1/responses/{response_id}/trace", retrieve_trace, methods=["GET"]),
     Route("/v1/conversations", create_conversation, methods=["POST"]),
     Route("/v1/conversations/{conversation_id}", retrieve_conversation, methods=["GET"]),
     Route("/v1/conversations/{conversation_id}", update_conversation, methods=["POST"]),

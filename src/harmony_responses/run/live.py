@@ -32,6 +32,7 @@ import orjson
 from ..metrics import QUEUE_DEPTH
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
+from ..tokentrace import Recorder
 from .loop import SHUTDOWN_MESSAGE, ResponseRun
 from .recovery import closing_events
 from .turns import Turns
@@ -108,6 +109,9 @@ class LiveResponse:
         self._response_changed = False  # self.response changed since the writer last pulled
         self._terminal_taken = False
         self.on_closed: Callable[[LiveResponse], None] | None = None
+        # A traced response's recorder (tokentrace): told of every event published, in order, whatever path
+        # published it (the run's batches, a background start, a stop), as these are what clients are sent.
+        self.trace: Recorder | None = None
 
     # ------------------------------------------------------------------ publishing (the producer)
 
@@ -120,6 +124,8 @@ class LiveResponse:
         """Append events; they become visible to senders once committed (the writer pulls them: ``take``)."""
         if not events or self._terminal_published:
             return
+        if self.trace is not None:
+            self.trace.sent(events)  # before they are taken: a trace completed here commits in their round
         assert events[0]["sequence_number"] == len(self.types), "events must continue the log without gaps"
         types, encoded = self.types, self.encoded
         for event in events:

@@ -67,6 +67,7 @@ from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, e
 from ..request.schema import instance_problem
 from ..request.sealed import ReasoningSealer
 from ..tokens import ADMITTED, EngineEnd, TokenChunk
+from ..tokentrace import Recorder
 from ..tools import ToolCall, ToolResult, ToolSessions
 from ..translate import ItemKind, LocalProtocolError, State, Translator
 from ..vocab import load_encoding
@@ -122,6 +123,9 @@ class ResponseRun:
             and the answer, from the prompt ``compaction.answer`` renders; ``request`` is then replaced.
         metrics: the response's metrics (default: labelled with the translator's model and the engine's name).
         messages: the Harmony messages to put in the terminal Response (``enable_response_messages``), or None.
+        trace: the response's trace (``tokentrace``), or None. A traced run feeds the translator one token at
+            a time, to know which events each token caused (the events are the same however tokens come); the
+            events sent are told to the trace where they are published (``LiveResponse.publish``).
     """
 
     def __init__(
@@ -140,8 +144,12 @@ class ResponseRun:
         compaction: Compaction | None = None,
         metrics: RunMetrics | None = None,
         messages: ResponseMessages | None = None,
+        trace: Recorder | None = None,
     ) -> None:
         self.translator = translator
+        self.trace = trace
+        if trace is not None:
+            translator.on_recovery = trace.recovery
         if tools:
             translator.count_tool_output(0)  # a response that may run built-in tools reports their results' tokens
         self._engine = engine
@@ -298,6 +306,7 @@ class ResponseRun:
         t = self.translator
         start = current_start()
         while True:
+            traced: list[Event] = []  # a traced run's events of this chunk's tokens (Recorder.feed)
             if item is _BUFFERED:
                 pass  # tokens of an earlier chunk the translator still holds (below)
             elif isinstance(item, TokenChunk):
@@ -313,7 +322,10 @@ class ResponseRun:
                 self._generated.extend(ids)
                 self.metrics.tokens(len(ids))
                 try:
-                    t.receive_tokens(ids, logprobs)
+                    if self.trace is None:
+                        t.receive_tokens(ids, logprobs)
+                    else:
+                        traced = self.trace.feed(t, ids, logprobs)
                 except LocalProtocolError as exc:  # e.g. a logprobs list that does not match the tokens
                     t.receive_end("error", f"the engine sent a malformed chunk: {exc.message}")
                     return
@@ -323,6 +335,10 @@ class ResponseRun:
                     self._usage_seen = True
                     t.receive_end("length")
             elif isinstance(item, EngineEnd):
+                if self.trace is not None:
+                    self.trace.engine_end(
+                        item.reason, prompt_tokens=item.prompt_tokens, cached_tokens=item.cached_tokens
+                    )
                 self.metrics.engine_call_ended()
                 if item.reason == "error":
                     self.metrics.engine_failed("stream")
@@ -339,7 +355,10 @@ class ResponseRun:
             # A starting request's first delta goes out before the tokens behind it in the chunk are translated
             # (a flat-out engine's first read holds a dozen): they wait for the loop's next turn for this
             # stream, after the other requests' starts (run/turns.py).
-            events = t.events(to_first_delta=start is not None and start.active and not start.delivered)
+            if self.trace is None or item is _BUFFERED:
+                events = t.events(to_first_delta=start is not None and start.active and not start.delivered)
+            else:
+                events = traced + t.events()  # (the length cut's events, if any)
             if events:
                 yield self._finish(events)
             if t.buffered:
@@ -443,6 +462,8 @@ class ResponseRun:
             except Exception:  # StopAsyncIteration, a timeout or a broken engine: the call itself is complete
                 end = None
             if isinstance(end, EngineEnd):
+                if self.trace is not None:
+                    self.trace.engine_end(end.reason, prompt_tokens=end.prompt_tokens, cached_tokens=end.cached_tokens)
                 self._usage_seen = True
                 self.translator.receive_usage(prompt_tokens=end.prompt_tokens, cached_tokens=end.cached_tokens)
         await self._close_stream()
@@ -454,8 +475,16 @@ class ResponseRun:
         """Run one built-in call; every failure becomes an error result (the model reads it)."""
         author = _tool_author(call)
         tool = _TOOL_LABELS.get(call.kind, call.kind.name.lower())
-        limit = self._max_tool_calls
         searching = call.kind is ItemKind.TOOL_SEARCH_CALL
+        if self.trace is None:
+            return await self._call_tool(call, author, tool, searching)
+        self.trace.tool_started(call)
+        result = await self._call_tool(call, author, tool, searching)
+        self.trace.tool_ended(result)
+        return result
+
+    async def _call_tool(self, call: ToolCall, author: str, tool: str, searching: bool) -> ToolResult:
+        limit = self._max_tool_calls
         if limit is not None and self.tool_calls >= limit and not searching:
             TOOL_CALLS.labels(tool, "refused").inc()
             self._refused += 1
@@ -535,13 +564,18 @@ class ResponseRun:
         leave_lane()  # the next request's start work may begin (run/turns.py)
         reading_here()  # its first chunk may be read here and the rest in the producer: one Reading for both
         self.metrics.engine_call()
+        if self.trace is not None:
+            self.trace.engine_call(*_request_record(self._engine, self._request))
         _ENGINE_QUEUE.inc()
         try:
             self._stream = self._engine.generate(self._request)
             self._stream_started = True
             item = await anext(self._stream)
-            if item is ADMITTED and not at_admission:
-                item = await anext(self._stream)
+            if item is ADMITTED:
+                if self.trace is not None:
+                    self.trace.engine_admitted()
+                if not at_admission:
+                    item = await anext(self._stream)
             return item
         except StopAsyncIteration:
             return _Empty()
@@ -644,6 +678,27 @@ class ResponseRun:
             {**flat, "error": error},
             {"type": "response.failed", "sequence_number": seq + 1, "response": response},
         ]
+
+
+def _request_record(engine: Engine, request: GenerateRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An engine call for its trace: the request without its prompt's ids (the trace has the prompt), and the
+    JSON body an HTTP engine posts for it, its token list likewise replaced by its length."""
+    fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name != "prompt_ids"}
+    fields["prompt_tokens"] = len(request.prompt_ids)
+    body = None
+    for _ in range(3):  # the HTTP engine inside a replica set (its replicas' bodies differ in no field) or recorder
+        replicas = getattr(engine, "replicas", None)
+        engine = replicas[0].engine if replicas else getattr(engine, "engine", engine)
+    make_body, make_reader = getattr(engine, "body", None), getattr(engine, "reader", None)
+    if callable(make_body) and callable(make_reader):
+        try:
+            body = {
+                k: ({"tokens": len(v)} if v == request.prompt_ids else v)
+                for k, v in make_body(make_reader(request)).items()
+            }
+        except Exception:  # an adapter that cannot say: the request alone is traced
+            body = None
+    return fields, body
 
 
 def _session_namespace(call: ToolCall) -> str:

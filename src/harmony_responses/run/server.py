@@ -36,6 +36,7 @@ from ..ids import random_id
 from ..request import ReasoningSealer, ResponseRequest
 from ..request.sealed import COMPACTION
 from ..store import StoreError
+from ..tokentrace import TraceOptions
 from ..tools.browser import WebSearch
 from ..tools.code_interpreter import ContainerManager
 from ..tools.mcp import McpOptions
@@ -72,6 +73,7 @@ class Server:
         containers: the code interpreter's containers.
         web_search: the search backend (None: ``web_search`` is not offered to the model).
         mcp: remote MCP options (allowed hosts, stdio servers, timeout).
+        trace: which stored responses keep a per-token trace (``tokentrace``; default: none).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Server:
         containers: ContainerManager,
         web_search: WebSearch | None,
         mcp: McpOptions,
+        trace: TraceOptions | None = None,
     ) -> None:
         assert engines, "a Server needs at least one model"
         self.models = tuple(engines)
@@ -95,6 +98,7 @@ class Server:
         self.containers = containers
         self.web_search = web_search
         self.mcp = mcp
+        self.trace = trace if trace is not None and (trace.every or trace.header) else None
         self.vocab: Vocabulary | None = None
         self.started_at = int(time.time())
         self.startup_error: Exception | None = None  # why start() failed, for the command line's last word
@@ -203,6 +207,7 @@ class Server:
             containers=self.containers,
             web_search=self.web_search,
             mcp_options=self.mcp,
+            trace=self.trace,
         )
         self._runs.add(run)
         return await self.stored.respond(request, run, response_id=response_id, created_at=created_at)

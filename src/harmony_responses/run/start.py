@@ -25,6 +25,7 @@ from ..metrics import RunMetrics, engine_label
 from ..offload import offload
 from ..render import RenderError, render_request
 from ..request import ReasoningSealer, ResponseRequest
+from ..tokentrace import Recorder, TraceOptions
 from ..tool_types import is_web_search
 from ..tools import ToolSessions
 from ..tools.browser import BrowserSession, WebSearch
@@ -348,8 +349,12 @@ async def build_run(
     containers: ContainerManager,
     web_search: WebSearch | None,
     mcp_options: McpOptions,
+    trace: TraceOptions | None = None,
 ) -> ResponseRun:
     """The response's run, ready to start.
+
+    ``trace``: which responses are traced (``tokentrace``); only a stored response is (its trace is kept beside
+    it), and not a ``compaction_trigger`` one.
 
     A request ending with a ``compaction_trigger`` item gets a run that only compacts; one whose prompt is
     longer than its ``context_management`` threshold, a run that compacts first (``compact.py``).
@@ -495,4 +500,18 @@ async def build_run(
         compaction=compaction,
         metrics=RunMetrics(model=options.model, engine=engine_label(engine), arrived=request_arrived()),
         messages=messages,
+        trace=_recorder(trace, request, response_id, vocab, rendered),
     )
+
+
+def _recorder(
+    trace: TraceOptions | None, request: ResponseRequest, response_id: str, vocab: Vocabulary, rendered: Any
+) -> Recorder | None:
+    """The response's trace recorder, with its prompt, when it is traced."""
+    if trace is None or not request.store or not trace.wanted():
+        return None
+    recorder = Recorder(
+        response_id=response_id, model=request.options.model, token_text=vocab.token_text, max_bytes=trace.max_bytes
+    )
+    recorder.record_prompt(rendered.messages, rendered.token_ids, rendered.prefill_ids)
+    return recorder

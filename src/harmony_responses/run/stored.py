@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -53,6 +54,7 @@ from ..store import (
     ItemKind,
     Op,
     ProcessInfo,
+    PutTrace,
     Store,
     StoredResponse,
     UpdateResponse,
@@ -276,6 +278,9 @@ class StoredResponses:
             input_items=encoded_input,
         )
         self._register(live)
+        if run.trace is not None and prepared.store:
+            live.trace = run.trace
+            run.trace.on_complete = functools.partial(self._put_trace, live)
         if not prepared.background:
             return StoredRun(run, live, insert)
 
@@ -333,6 +338,27 @@ class StoredResponses:
             )
         leave_lane()  # the commit is a wait for the store: the next requests start meanwhile (run/turns.py)
         await self.store.write(ops)
+
+    def _put_trace(self, live: LiveResponse, document: dict[str, Any]) -> None:
+        """Keep a traced response's trace: submitted before its terminal event is published, so it commits in
+        that event's round or before it, and a client that saw the end can read the trace at once."""
+        self.writer.submit([PutTrace(response_id=live.id, data=orjson.dumps(document))], owner=live)
+
+    async def trace(self, response_id: str, owner: str) -> dict[str, Any]:
+        """A stored response's trace; 404 when it has none (not traced, still running) or is another's."""
+        data = await self.store.get_trace(response_id, owner)
+        if data is None:
+            row = await self.store.get_response(response_id, owner)
+            if row is None:
+                raise not_found("Response", response_id)
+            raise APIError(
+                f"The response '{response_id}' has no trace: it was not traced (serve --trace, or the "
+                "x-harmony-trace header with --trace-header), or it has not ended yet.",
+                status=404,
+                param="response_id",
+                code="trace_not_found",
+            )
+        return orjson.loads(data)
 
     def _register(self, live: LiveResponse) -> None:
         self.live[live.id] = live

@@ -13,6 +13,7 @@ from ..http import build_app
 from ..http.hosts import is_loopback
 from ..request import configure_reasoning_key
 from ..run import Prompting, Server, StoredResponses
+from ..tokentrace import TraceOptions
 from ..tools.browser import WebSearch, web_search_from_options
 from ..tools.code_interpreter import ContainerManager
 from .config import Config
@@ -71,6 +72,7 @@ def create_app(
         ),
         web_search=web_search if web_search is not None else web_search_from_config(config),
         mcp=config.mcp,
+        trace=TraceOptions(every=config.trace, header=config.trace_header, max_bytes=config.trace_max_bytes),
     )
     return build_app(
         server,

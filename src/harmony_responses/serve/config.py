@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..engine import EngineOptions
 from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
+from ..tokentrace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import McpOptions
 from .options import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODELS
@@ -63,6 +64,8 @@ class Config:
         code_interpreter: the code interpreter sandbox's limits (time per call, memory, processes, output).
         unsafe_code_interpreter: run code without bubblewrap when it is unavailable (no isolation at all).
         container_idle_seconds: a code interpreter container expires after this long without a call.
+        trace, trace_header, trace_max_bytes: per-token traces (``tokentrace``): of every stored response, of
+            those whose request asks (``x-harmony-trace: 1``), and how large one may grow.
         search_backend, search_dir, search_base_url, search_api_url, search_api_key: web search
             (``tools/browser``): the backend (``local``, the default when ``search_dir`` is set, or ``exa``),
             the local index's folder and the URL prefix of its documents (None: ``file://``), the online
@@ -88,6 +91,9 @@ class Config:
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
+    trace: bool = False
+    trace_header: bool = False
+    trace_max_bytes: int = DEFAULT_TRACE_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     head_timeout: float = 20.0
     max_head_bytes: int = MAX_HEAD_BYTES

@@ -28,6 +28,7 @@ from ..engine import EngineOptions
 from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
 from ..logs import LOG_FORMATS
 from ..store import parse_retention
+from ..tokentrace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from ..tools.browser import BACKENDS
 from ..tools.mcp import DEFAULT_MCP_MAX_BODY_BYTES, DEFAULT_MCP_TIMEOUT
 
@@ -368,6 +369,27 @@ OPTIONS: tuple[Option, ...] = (
         default="text",
         help="'text' lines, or 'json': one object per line (time, level, logger, message, request_id, exception), "
         "uvicorn's access log included",
+    ),
+    Option(
+        flag="--trace",
+        group="logging",
+        switch=True,
+        help="keep a per-token trace of every stored response (prompt tokens, engine calls, each token and the "
+        "events it caused, tool calls, recoveries), served at GET /v1/responses/{id}/trace",
+    ),
+    Option(
+        flag="--trace-header",
+        group="logging",
+        switch=True,
+        help="trace the stored responses whose request has the header 'x-harmony-trace: 1'",
+    ),
+    Option(
+        flag="--trace-max-bytes",
+        group="logging",
+        metavar="BYTES",
+        type=_positive_int,
+        default=str(DEFAULT_TRACE_BYTES),
+        help="a trace stops recording tokens and events past about this size (it says it was cut)",
     ),
     Option(
         flag="--context-window",

@@ -12,7 +12,9 @@ A store keeps five things (schema in ``_migrations.py``):
   ``position`` (the cursor of ``input_items`` and conversation item listings is an item id);
 - **conversations**: id, owner, metadata and the next free item position;
 - **processes**: one row per running server process with a heartbeat — the lease that tells a live
-  process's in-flight responses from those a crashed process left behind.
+  process's in-flight responses from those a crashed process left behind;
+- **traces**: a traced response's per-token trace (``tokentrace``), one JSON document per response, read
+  through its response's owner and deleted with it.
 
 Writes that happen while a response streams go through ``write(ops)``: one transaction for any number of
 operations, so that the caller (``_writer.Writer``) can group the events of every stream into one commit.
@@ -41,6 +43,7 @@ __all__ = [
     "Op",
     "Page",
     "ProcessInfo",
+    "PutTrace",
     "RESPONSE_COLUMNS",
     "Rows",
     "Store",
@@ -171,13 +174,21 @@ class AppendItems:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PutTrace:
+    """A response's trace (JSON), written in the round of its terminal event (before it: submitted first)."""
+
+    response_id: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreateConversation:
     record: ConversationRecord
     updated_at: float
     items: Sequence[tuple[str, bytes]] = field(default=())
 
 
-Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConversation
+Op = InsertResponse | UpdateResponse | AppendEvents | AppendItems | CreateConversation | PutTrace
 
 
 # A StoredResponse's columns, in its field order (the row also has ``updated_at``).
@@ -212,6 +223,7 @@ class Rows:
     conversations: list[tuple[Any, ...]] = field(default_factory=list)
     appends: list[AppendItems] = field(default_factory=list)  # to conversations
     items: list[tuple[Any, ...]] = field(default_factory=list)  # item_rows
+    traces: list[tuple[str, bytes]] = field(default_factory=list)  # (response_id, data)
 
     @classmethod
     def of(cls, ops: Sequence[Op]) -> Rows:
@@ -256,6 +268,8 @@ class Rows:
                     (c.id, c.owner, c.created_at, op.updated_at, orjson.dumps(c.metadata), len(op.items))
                 )
                 rows.items += item_rows(c.id, "conversation", c.owner, c.created_at, 0, op.items)
+            elif isinstance(op, PutTrace):
+                rows.traces.append((op.response_id, op.data))
             else:  # pragma: no cover - Op is a closed union
                 raise AssertionError(op)
         rows.updates = list(updates.values())
@@ -266,6 +280,7 @@ class Rows:
         ids = {row[0] for row in self.events}
         ids.update(row[4] for row in self.updates)
         ids.update(row[0] for row in self.items if row[1] == "output")
+        ids.update(row[0] for row in self.traces)
         return ids
 
     def held(self, held: set[str]) -> None:
@@ -273,6 +288,7 @@ class Rows:
         self.events = [row for row in self.events if row[0] in held]
         self.updates = [row for row in self.updates if row[4] in held]
         self.items = [row for row in self.items if row[1] != "output" or row[0] in held]
+        self.traces = [row for row in self.traces if row[0] in held]
 
 
 def split_chunks(rows: Sequence[Any], after: int) -> list[tuple[int, bytes]]:
@@ -360,6 +376,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def cancel_requests(self, response_ids: Sequence[str]) -> list[str]:
         """Which of ``response_ids`` have their cancel flag set."""
+
+    @abc.abstractmethod
+    async def get_trace(self, response_id: str, owner: str) -> bytes | None:
+        """The response's trace (JSON), if it has one and ``owner`` owns the response."""
 
     @abc.abstractmethod
     async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:

@@ -96,6 +96,8 @@ SQLITE: tuple[Migration, ...] = (
     # When each process's pid started (run/stored.py ``pid_start``), so that a pid reused by another process is
     # not taken for the process that registered it (NULL for rows from before).
     (5, ("ALTER TABLE processes ADD COLUMN pid_start TEXT",)),
+    # Traced responses' traces (tokentrace/): one JSON document each, read through the response's owner.
+    (6, ("CREATE TABLE traces (response_id TEXT PRIMARY KEY, data BLOB NOT NULL)",)),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -180,6 +182,8 @@ POSTGRES: tuple[Migration, ...] = (
     (4, ("ALTER TABLE responses ADD COLUMN request_id TEXT",)),
     # See SQLite's version 5.
     (5, ("ALTER TABLE processes ADD COLUMN pid_start TEXT",)),
+    # See SQLite's version 6.
+    (6, ("CREATE TABLE traces (response_id TEXT PRIMARY KEY, data BYTEA NOT NULL)",)),
 )
 
 LATEST = SQLITE[-1][0]

@@ -190,6 +190,12 @@ class PostgresStore(Store):
                     "ON CONFLICT DO NOTHING",
                     rows.events,
                 )
+            if rows.traces:
+                await conn.executemany(
+                    "INSERT INTO traces (response_id, data) VALUES ($1, $2) "
+                    "ON CONFLICT (response_id) DO UPDATE SET data = EXCLUDED.data",
+                    rows.traces,
+                )
             items = rows.items
             if rows.conversations:
                 await conn.executemany(
@@ -278,6 +284,7 @@ class PostgresStore(Store):
                 return False
             await conn.execute("DELETE FROM events WHERE response_id = $1", response_id)
             await conn.execute("DELETE FROM items WHERE parent = $1 AND kind IN ('input', 'output')", response_id)
+            await conn.execute("DELETE FROM traces WHERE response_id = $1", response_id)
             return True
 
     async def request_cancel(self, response_id: str) -> None:
@@ -290,6 +297,15 @@ class PostgresStore(Store):
             "SELECT id FROM responses WHERE cancel_requested AND id = ANY($1::text[])", list(response_ids)
         )
         return [row[0] for row in rows]
+
+    async def get_trace(self, response_id: str, owner: str) -> bytes | None:
+        data = await self._pool.fetchval(
+            "SELECT t.data FROM traces t JOIN responses r ON r.id = t.response_id "
+            "WHERE t.response_id = $1 AND r.owner = $2",
+            response_id,
+            owner,
+        )
+        return bytes(data) if data is not None else None
 
     async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
         rows = await self._pool.fetch(
@@ -422,6 +438,7 @@ class PostgresStore(Store):
             await conn.execute(
                 f"DELETE FROM items WHERE kind IN ('input', 'output') AND parent IN ({old})", created_before
             )
+            await conn.execute(f"DELETE FROM traces WHERE response_id IN ({old})", created_before)
             responses = await conn.execute(
                 "DELETE FROM responses WHERE created_at < $1 AND status NOT IN ('queued', 'in_progress')",
                 created_before,

@@ -251,6 +251,7 @@ class SQLiteStore(Store):
                 )
             # OR IGNORE: a batch retried after an ambiguous failure must not fail on what did commit.
             _insert_rows(conn, "INSERT OR IGNORE INTO events (response_id, seq, last_seq, data)", rows.events)
+            _insert_rows(conn, "INSERT OR REPLACE INTO traces (response_id, data)", rows.traces)
             items = rows.items
             _insert_rows(
                 conn,
@@ -370,6 +371,10 @@ class SQLiteStore(Store):
                 "AND NOT EXISTS (SELECT 1 FROM responses WHERE id = ?)",
                 (response_id, response_id),
             ),
+            (
+                "DELETE FROM traces WHERE response_id = ? AND NOT EXISTS (SELECT 1 FROM responses WHERE id = ?)",
+                (response_id, response_id),
+            ),
         ]
         return await self._write_call(lambda conn: self._transaction(conn, statements)) == 1
 
@@ -383,6 +388,14 @@ class SQLiteStore(Store):
         marks = ",".join("?" * len(response_ids))
         sql = f"SELECT id FROM responses WHERE cancel_requested = 1 AND id IN ({marks})"
         return await self._read(lambda conn: [row[0] for row in conn.execute(sql, tuple(response_ids))])
+
+    async def get_trace(self, response_id: str, owner: str) -> bytes | None:
+        sql = (
+            "SELECT t.data FROM traces t JOIN responses r ON r.id = t.response_id "
+            "WHERE t.response_id = ? AND r.owner = ?"
+        )
+        row = await self._read(lambda conn: conn.execute(sql, (response_id, owner)).fetchone())
+        return bytes(row[0]) if row is not None else None
 
     async def read_events(self, response_id: str, *, after: int, limit: int) -> list[tuple[int, bytes]]:
         sql = "SELECT seq, data FROM events WHERE response_id = ? AND last_seq > ? ORDER BY seq LIMIT ?"
@@ -510,6 +523,7 @@ class SQLiteStore(Store):
             try:
                 conn.execute(f"DELETE FROM events WHERE response_id IN ({old})", (before,))
                 conn.execute(f"DELETE FROM items WHERE kind IN ('input', 'output') AND parent IN ({old})", (before,))
+                conn.execute(f"DELETE FROM traces WHERE response_id IN ({old})", (before,))
                 responses = conn.execute(
                     "DELETE FROM responses WHERE created_at < ? AND status NOT IN ('queued', 'in_progress')", (before,)
                 ).rowcount

@@ -58,6 +58,7 @@ MAX_HEADER_TOKENS = 128
 MAX_HEADERLESS_TOKENS = 2048
 _CHANNEL_TOKEN = 200005
 _OTHER_ROLES = frozenset({"user", "system", "developer"})
+_PHASE_CHANNELS = {"final_answer": "final", "commentary": "commentary"}
 
 
 class _Sentinel:
@@ -157,6 +158,9 @@ class Translator:
         self._pending: deque[tuple[int, TokenLogprob | None, bool]] = deque()
         self._pending_end: tuple[FinishReason, str | None] | None = None
         self._counting = True
+        # Told of each recovery from malformed Harmony as ``(rule, detail)``: a response's trace (tokentrace/)
+        # sets it; None costs nothing, since only the rare recovery branches look at it.
+        self.on_recovery: Callable[[str, str], None] | None = None
 
         self.input_tokens = 0
         self.cached_tokens = 0
@@ -460,6 +464,18 @@ class Translator:
     def closed(self) -> bool:
         return self.state is State.CLOSED
 
+    def trace_state(self) -> tuple[str, str | None, str | None, str | None]:
+        """Where the translator stands, for a trace: ``(state, header read so far, channel, open item id)``."""
+        item = self._item
+        header = self._header_text() if self._header else None
+        if item is None:
+            return self.state.value, header, None, None
+        channel = item.channel
+        if channel is None:  # a message's or reasoning's channel is its item's kind and phase
+            phase = item.added.get("phase")
+            channel = "analysis" if item.kind is ItemKind.REASONING else _PHASE_CHANNELS.get(phase, phase)
+        return self.state.value, header, channel, item.id
+
     # ------------------------------------------------------------------ public API: lifecycle
 
     def begin(self) -> None:
@@ -552,6 +568,7 @@ class Translator:
         if self._held is not None and action is not Action.SKIP:
             # Headerless text held at <|end|> (only ever in BETWEEN): the model goes on, so it was thinking.
             held, self._held = self._held, None
+            self._recovered("headerless_thinking", "text without a header, followed by more output: reasoning")
             self._flush_headerless("completed", held, answer=False)
         if action is Action.SKIP:
             if item is not None and item.kind is ItemKind.REASONING and generated:
@@ -566,6 +583,7 @@ class Translator:
         elif action is Action.HEADER_CHANNEL:
             if self._is_text_not_role():
                 # "Let me think<|channel|>…": a role is one word; several words are text the model went on past.
+                self._recovered("text_before_channel", f"text before a header, as reasoning: {self._header_text()!r}")
                 header, self._header, self._header_lps = self._header, [], []
                 self._flush_headerless("completed", header, answer=False)
             self._header.append(token)
@@ -597,6 +615,7 @@ class Translator:
             assert item is not None
             if item.kind.is_builtin_tool:
                 # A call without its <|call|>: make it; the rest of this engine call is ignored.
+                self._recovered("call_without_call_token", "a tool call ended by a new header, not <|call|>")
                 self._make_call(item)
                 return
             if item.kind is ItemKind.MCP_APPROVAL_REQUEST:
@@ -614,6 +633,8 @@ class Translator:
             self._header, self._header_lps = [token], [lp]
             self.state = next_state
         elif action is Action.HEADER_RESTART:
+            if self._headerless_text(self._header) is not None:
+                self._recovered("header_restart", "text without a header before <|start|>: reasoning")
             self._flush_headerless("completed", self._header, answer=False)  # text the model went on past
             self._header, self._header_lps = [], []
             self.state = next_state
@@ -629,6 +650,7 @@ class Translator:
                     self._model_error(f"the model ended a message inside its header: {self._header_text()!r}")
                     return
                 self._lost_header = self._header_text()
+                self._recovered("words_in_header", f"a header ended by <|end|> was dropped: {self._lost_header!r}")
             elif next_state is State.BETWEEN and self._headerless_text(self._header) is not None:
                 self._held = self._header  # the answer if the output ends here, thinking if it goes on
                 self._held_lps = self._header_lps
@@ -816,6 +838,7 @@ class Translator:
 
     def _stream_headerless(self) -> None:
         """Long text without any header: the model skipped the header; its text is streamed as the answer."""
+        self._recovered("long_headerless_text", f"{len(self._header)} tokens without a header: the answer")
         header, self._header = self._header, []
         lps, self._header_lps = self._header_lps, []
         self._long_headerless = False
@@ -839,6 +862,7 @@ class Translator:
             # A tool result or a user/system turn written by the model itself: its own turn ended before this
             # (it should have stopped at <|call|> or <|return|>). What it wrote so far stands; the rest is
             # not the assistant's and is ignored, as tokens after a stop token are.
+            self._recovered("other_role_turn", f"the model began a {header.role} turn itself: output ends here")
             self.state = State.STOPPED
             return
         channel = normalise_channel(header.channel)
@@ -852,6 +876,8 @@ class Translator:
         else:
             # analysis, and channels Harmony does not define: shown as reasoning rather than as the answer,
             # since an unknown channel is more likely the model thinking than talking to the user.
+            if channel != "analysis":
+                self._recovered("unknown_channel", f"channel {header.channel!r} shown as reasoning")
             self._open_item(ItemKind.REASONING, None)
             self.reasoning_tokens += header_tokens
         self.state = State.CONTENT
@@ -1088,6 +1114,7 @@ class Translator:
         if reason == "stop":
             if state is State.CONTENT and item is not None:
                 if item.kind.is_builtin_tool:
+                    self._recovered("call_without_call_token", "the output ended inside a tool call")
                     self._make_call(item)  # the engine dropped the <|call|> token; the call is complete
                     return
                 self._close(item, "completed")
@@ -1115,8 +1142,13 @@ class Translator:
         else:
             self._terminal("incomplete", reason="max_output_tokens")
 
+    def _recovered(self, rule: str, detail: str) -> None:
+        if self.on_recovery is not None:
+            self.on_recovery(rule, detail)
+
     def _model_error(self, message: str) -> None:
         self.error = RemoteProtocolError(message)
+        self._recovered("not_recovered", message)  # a trace shows the failure too
         if self._item is not None:
             self._close(self._item, "incomplete")
         self._fail(f"model output is not valid Harmony: {message}")

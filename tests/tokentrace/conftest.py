@@ -1,0 +1,3 @@
+from .helpers import docs, servers
+
+__all__ = ["docs", "servers"]

@@ -1,0 +1,167 @@
+"""A traced response's trace, end to end: a real server, the openai client, a scripted or fake HTTP engine.
+
+What a user debugging a response relies on: the trace lists exactly the events the client was sent, each
+under the token that caused it; its prompt tokens are the ones the engine was given; the tool call and the
+recovered malformed header are in it; and it is the caller's alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import orjson
+
+from api.helpers import MODEL, openai_client, post, sse_events
+from engine.fakes import Scenario, VLLMFake, harmony
+from engine.helpers import stack
+
+from .helpers import ANSWER, MALFORMED_SEARCH, WEB_SEARCH, Servers, trace_json
+
+BODY = {"model": MODEL, "input": "How tall is Etna?", "tools": [WEB_SEARCH], "stream": True}
+
+
+def test_the_trace_holds_exactly_the_events_the_client_received(servers: Servers, docs: Path) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs))
+    client = openai_client(live)
+    stream = client.responses.create(
+        model=MODEL,
+        input="How tall is Etna?",
+        tools=[WEB_SEARCH],
+        stream=True,  # type: ignore[list-item]
+    )
+    received = [event.model_dump(mode="json", exclude_unset=True, warnings=False) for event in stream]
+    response_id = received[-1]["response"]["id"]
+    answer = trace_json(live, response_id)
+    assert answer.status_code == 200, answer.text
+    trace = answer.json()
+    traced = [entry["event"] for entry in trace["events"]]
+    assert [(e["type"], e["sequence_number"]) for e in traced] == [(e["type"], e["sequence_number"]) for e in received]
+    assert traced == received  # the same events, field for field, as the openai client parsed them
+    assert not trace["truncated"]
+
+
+def test_each_event_is_under_the_token_that_caused_it(servers: Servers, docs: Path) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs))
+    sent = sse_events(post(live, BODY).content)
+    trace = trace_json(live, sent[-1]["response"]["id"]).json()
+    assert [entry["event"] for entry in trace["events"]] == sent  # byte for byte as JSON, too
+    tokens = {token["i"]: token for token in trace["tokens"]}
+    by_seq = {entry["seq"]: entry for entry in trace["events"]}
+    deltas = [e for e in sent if e["type"] == "response.output_text.delta"]
+    assert "".join(d["delta"] for d in deltas) == "Etna is about 3,357 m tall."
+    for delta in deltas:
+        token = tokens[by_seq[delta["sequence_number"]]["token"]]
+        assert token["text"] == delta["delta"]  # one text token, one delta
+        assert delta["sequence_number"] in token["events"]
+        assert (token["channel"], token["item"], token["call"]) == ("final", delta["item_id"], 1)
+    # The header's tokens caused no event until <|message|> opened the item; the state shows the header read.
+    opened = next(e for e in sent if e["type"] == "response.output_item.added" and e["item"]["type"] == "message")
+    opener = tokens[by_seq[opened["sequence_number"]]["token"]]
+    assert opener["text"] == "<|message|>"
+    before = tokens[opener["i"] - 1]
+    assert (before["state"], before["header"], before["events"]) == ("HEADER", "<|channel|>final", [])
+    # Lifecycle events belong to no token.
+    assert by_seq[0]["token"] is None and by_seq[len(sent) - 1]["token"] is None
+
+
+def test_the_recovery_tool_call_and_engine_calls_are_traced(servers: Servers, docs: Path) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs))
+    sent = sse_events(post(live, BODY).content)
+    trace = trace_json(live, sent[-1]["response"]["id"]).json()
+    [recovery] = trace["recoveries"]
+    assert recovery["rule"] == "text_before_channel"
+    covered = "".join(trace["tokens"][i]["text"] for i in recovery["tokens"])
+    assert covered == "I should search first<|channel|>"  # the tokens the rule was applied to
+    [tool] = trace["tools"]
+    search = next(
+        e["item"] for e in sent if e["type"] == "response.output_item.done" and e["item"]["type"] == "web_search_call"
+    )
+    assert (tool["item"], tool["name"], tool["input"]) == (search["id"], "search", '{"query": "Etna volcano height"}')
+    assert "Etna stands about 3,357 metres tall" in tool["output"] and tool["error"] is None
+    assert tool["duration"] >= 0
+    first, second = trace["engine_calls"]
+    assert first["ended"] <= tool["started"] <= tool["ended"] <= second["sent"]
+    assert [first["finish"], second["finish"]] == ["stop", "stop"]
+    assert sum(call["tokens"] for call in trace["engine_calls"]) == len(trace["tokens"])
+    assert len(trace["tokens"]) == sent[-1]["response"]["usage"]["output_tokens"]
+
+
+def test_prompt_tokens_and_request_body_are_the_engines() -> None:
+    answer = harmony("<|channel|>final<|message|>Hi there<|return|>")
+    with stack("vllm", VLLMFake(Scenario(tokens=answer, chunk=3)), trace=True) as s:
+        body = {"model": MODEL, "input": "Hello", "stream": True, "include": ["message.output_text.logprobs"]}
+        sent = sse_events(httpx.post(f"{s.base_url}/responses", json=body, timeout=30).content)
+        trace = httpx.get(f"{s.base_url}/responses/{sent[-1]['response']['id']}/trace?format=json").json()
+        [engine_request] = s.fake.requests
+    prompt = engine_request["prompt"]
+    assert [token for token, _ in trace["prompt"]["tokens"]] == prompt
+    assert "".join(text for _, text in trace["prompt"]["tokens"]).startswith("<|start|>system<|message|>")
+    assert trace["prompt"]["messages"][-1]["content"][0]["text"] == "Hello"
+    [call] = trace["engine_calls"]
+    assert call["body"] == {**engine_request, "prompt": {"tokens": len(prompt)}}
+    assert call["request"]["prompt_tokens"] == len(prompt) == call["prompt_tokens"]
+    assert call["sent"] <= call["admitted"] <= call["first_token"] <= call["ended"]
+    # The chunks as the adapter delivered them (what the socket held at once): in order, one arrival time each.
+    chunks = [t["chunk"] for t in trace["tokens"]]
+    assert chunks == sorted(chunks) and chunks[0] == 0 and len(trace["tokens"]) == len(answer)
+    assert all(len({t["t"] for t in trace["tokens"] if t["chunk"] == c}) == 1 for c in set(chunks))
+    assert all(isinstance(t["logprob"], float) for t in trace["tokens"])
+
+
+def test_a_trace_is_its_owners_alone(servers: Servers, docs: Path) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs), api_keys=("key-a", "key-b"))
+    sent = sse_events(post(live, BODY, headers={"authorization": "Bearer key-a"}).content)
+    response_id = sent[-1]["response"]["id"]
+    assert trace_json(live, response_id, authorization="Bearer key-a").status_code == 200
+    other = trace_json(live, response_id, authorization="Bearer key-b")
+    assert other.status_code == 404
+    assert other.json()["error"]["message"] == f"Response with id '{response_id}' not found."
+    assert trace_json(live, response_id).status_code == 401
+
+
+def test_off_by_default_and_the_header_only_where_the_operator_allows_it(servers: Servers) -> None:
+    lines = [ANSWER] * 4
+    plain = servers.start(lines)
+    sent = sse_events(post(plain, {**BODY, "tools": []}, headers={"x-harmony-trace": "1"}).content)
+    untraced = trace_json(plain, sent[-1]["response"]["id"])
+    assert untraced.status_code == 404 and untraced.json()["error"]["code"] == "trace_not_found"
+
+    allowing = servers.start(lines, trace_header=True)
+    asked = sse_events(post(allowing, {**BODY, "tools": []}, headers={"x-harmony-trace": "1"}).content)
+    assert trace_json(allowing, asked[-1]["response"]["id"]).status_code == 200
+    not_asked = sse_events(post(allowing, {**BODY, "tools": []}).content)
+    assert trace_json(allowing, not_asked[-1]["response"]["id"]).status_code == 404
+    # A response that is not stored has nowhere to keep a trace: it is not traced.
+    unstored = post(allowing, {**BODY, "tools": [], "stream": False, "store": False}, headers={"x-harmony-trace": "1"})
+    assert trace_json(allowing, unstored.json()["id"]).status_code == 404
+
+
+def test_a_trace_is_bounded(servers: Servers, docs: Path) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs), trace_max_bytes=20_000)
+    sent = sse_events(post(live, BODY).content)
+    answer = trace_json(live, sent[-1]["response"]["id"])
+    trace = answer.json()
+    assert trace["truncated"] and sum(trace["dropped"].values()) > 0
+    assert len(orjson.dumps(trace)) < 3 * 20_000
+    assert sent[-1]["type"] == "response.completed"  # the response itself is untouched
+
+
+def test_the_page_or_the_json_as_asked(servers: Servers) -> None:
+    live = servers.start([ANSWER], trace=True)
+    sent = sse_events(post(live, {**BODY, "tools": []}).content)
+    url = f"{live.base_url}/responses/{sent[-1]['response']['id']}/trace"
+    as_json = httpx.get(url, params={"format": "json"}).json()
+    page = httpx.get(url)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # The page may load nothing from anywhere (its CSS and script are inline): the browser is told so.
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "connect-src" not in policy
+    marker = '<script id="trace-data" type="application/json">'
+    assert orjson.loads(page.text.split(marker, 1)[1].split("</script>", 1)[0]) == as_json
+    assert httpx.get(url, headers={"accept": "application/json"}).json() == as_json
+    assert (
+        httpx.get(url, headers={"accept": "text/html,application/json"}).headers["content-type"].startswith("text/html")
+    )
+    bad = httpx.get(url, params={"format": "xml"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "format"
