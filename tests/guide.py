@@ -4,6 +4,7 @@ sections. What moved out of the README is checked where it now lives."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import yaml
@@ -42,3 +43,29 @@ def section(name: str, title: str) -> str:
             end = next((s for s, lvl, _ in headings[i + 1 :] if lvl <= level), len(text))
             return text[start:end]
     raise AssertionError(f"docs/{name} has no section {title!r}")
+
+
+def blocks(name: str) -> list[tuple[str, str, str | None]]:
+    """The fenced blocks of ``docs/NAME`` in order: (language, text, the ``<!-- test: KIND -->`` mark before it
+    or None)."""
+    pattern = r"(?:<!-- test: (\w+) -->\n)?^```(\w*)\n(.*?)^```$"
+    return [(lang, text, mark or None) for mark, lang, text in re.findall(pattern, page(name), re.S | re.M)]
+
+
+def commands(block: str) -> list[list[str]]:
+    """Each command of a bash block, as words: continuations joined, comments dropped."""
+    found = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            found.append(words)
+    return found
+
+
+def printed_pattern(expected: str) -> re.Pattern[str]:
+    """What a block says a command prints, as a pattern: "…" stands for what is left out (a line of it alone,
+    any lines)."""
+    pattern = ""
+    for line in expected.splitlines():
+        pattern += r"(?:.*\n)*?" if line == "…" else ".*?".join(map(re.escape, line.split("…"))) + r"\n"
+    return re.compile(pattern)

@@ -8,7 +8,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from guide import page, pages
+from guide import page, pages, printed_pattern
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,15 +125,6 @@ def _guide_examples() -> list[tuple[str, str, str | None]]:
     return examples
 
 
-def _printed(expected: str) -> re.Pattern[str]:
-    """What a guide block says it prints, as a pattern: "…" stands for what is left out (a line of it alone,
-    any lines)."""
-    pattern = ""
-    for line in expected.splitlines():
-        pattern += r"(?:.*\n)*?" if line == "…" else ".*?".join(map(re.escape, line.split("…"))) + r"\n"
-    return re.compile(pattern)
-
-
 def test_guide_examples_run_against_a_real_server_and_print_what_it_says(tmp_path: Path) -> None:
     import os
     import subprocess
@@ -164,7 +155,9 @@ def test_guide_examples_run_against_a_real_server_and_print_what_it_says(tmp_pat
             done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
             assert done.returncode == 0, f"guide example {i + 1} exited {done.returncode}: {done.stderr}"
             if expected is not None:
-                assert _printed(expected).fullmatch(done.stdout), f"guide example {i + 1} printed:\n{done.stdout}"
+                assert printed_pattern(expected).fullmatch(done.stdout), (
+                    f"guide example {i + 1} printed:\n{done.stdout}"
+                )
 
 
 def test_the_guide_builds_without_warnings(tmp_path: Path) -> None:
@@ -182,6 +175,38 @@ def test_the_guide_builds_without_warnings(tmp_path: Path) -> None:
     assert "HARMONY_RESPONSES_ENGINE_URL" in (site / "reference" / "options.html").read_text()
     # Offline: no web fonts or scripts from elsewhere (the theme's default fonts come from Google).
     assert "fonts.googleapis.com" not in (site / "index.html").read_text()
+
+
+def test_scripts_docs_serve_serves_the_guide() -> None:
+    import subprocess
+    import time
+
+    import httpx
+
+    from reliability.server_process import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [ROOT / "scripts" / "docs", "serve", "--dev-addr", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/reference/options.html", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "scripts/docs serve did not answer within 120 s"
+                time.sleep(0.2)
+        assert answer.status_code == 200 and "HARMONY_RESPONSES_ENGINE_URL" in answer.text
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)  # and its stderr pipe closed
 
 
 def test_every_guide_page_is_in_the_nav() -> None:
