@@ -1,0 +1,131 @@
+"""The trace page in a real headless Chromium: what a user sees of a streamed response with a tool call and a
+recovered malformed header, and that the page asks nothing of anyone but the server.
+
+Chromium is ``@sparticuz/chromium``'s binary driven by ``playwright-core``, both from npm, installed at
+test setup (not at run time) into a cache outside the checkout keyed by their versions; the test skips,
+naming the command to run, when they cannot be installed or Chromium cannot start here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from api.helpers import MODEL, openai_client
+
+from .helpers import ANSWER, MALFORMED_SEARCH, WEB_SEARCH, Servers, trace_json
+
+HERE = Path(__file__).resolve().parent
+CHROMIUM = "153.0.0"  # @sparticuz/chromium (Chromium 153)
+PLAYWRIGHT = "1.65.1"  # playwright-core
+CACHE = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "harmony-responses"
+    / f"trace-browser-chromium-{CHROMIUM}-playwright-core-{PLAYWRIGHT}"
+)
+INSTALL = f"npm install --prefix {CACHE} @sparticuz/chromium@{CHROMIUM} playwright-core@{PLAYWRIGHT}"
+PROBE = (
+    'import c from "@sparticuz/chromium"; import { chromium as p } from "playwright-core";'
+    "const b = await p.launch({ executablePath: await c.executablePath(), args: c.args, headless: true });"
+    "await b.close();"
+)
+
+
+def _node(script: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run an ES module from the cache folder, where its imports resolve (a copy, removed after)."""
+    path = CACHE / f"run-{uuid.uuid4().hex}.mjs"
+    path.write_text(script)
+    try:
+        return subprocess.run(["node", str(path), *args], capture_output=True, text=True, timeout=timeout, cwd=CACHE)
+    finally:
+        path.unlink()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[None]:
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip(f"node and npm are needed for the browser test: install them, then run {INSTALL}")
+    if not (CACHE / "node_modules" / "playwright-core").is_dir():
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=CACHE.name + ".", dir=CACHE.parent))
+        (staging / "package.json").write_text('{"private": true}\n')
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(staging),
+             f"@sparticuz/chromium@{CHROMIUM}", f"playwright-core@{PLAYWRIGHT}"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if done.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            pytest.skip(f"could not install Chromium from npm ({done.stderr.strip()[-300:]}): run {INSTALL}")
+        try:
+            staging.rename(CACHE)  # whole or not at all: a concurrent run may have won, which is as good
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    probe = _node(PROBE, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"headless Chromium cannot start here ({probe.stderr.strip()[-300:]}); check with: {INSTALL}")
+    yield
+
+
+def shown(text: str) -> str:
+    return text.replace("\n", "↵\n")  # how the page shows a newline inside a token
+
+
+def test_the_trace_page_of_a_streamed_response_in_chromium(
+    browser: None, servers: Servers, docs: Path, tmp_path: Path
+) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs))
+    stream = openai_client(live).responses.create(
+        model=MODEL,
+        input="How tall is Etna?",
+        tools=[WEB_SEARCH],
+        stream=True,  # type: ignore[list-item]
+    )
+    received = [event for event in stream]
+    response_id = received[-1].response.id
+    trace = trace_json(live, response_id).json()
+    by_seq = {entry["seq"]: entry for entry in trace["events"]}
+
+    shot = Path(os.environ.get("TRACE_SCREENSHOT") or tmp_path / "trace.png")
+    done = _node((HERE / "trace_page.mjs").read_text(), f"{live.base_url}/responses/{response_id}/trace", str(shot))
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["errors"] == []
+    # The page asked the server for itself and for nothing else, anywhere.
+    assert seen["requested"] == [f"{live.base_url}/responses/{response_id}/trace"]
+
+    # The token timeline: every output token, in order, as the model wrote it, coloured by channel.
+    timeline = seen["timeline"]
+    assert [t["i"] for t in timeline] == [t["i"] for t in trace["tokens"]]
+    assert [t["text"] for t in timeline] == [shown(t["text"]) for t in trace["tokens"]]
+    finals = [t["text"] for t in timeline if "ch-final" in t["classes"] and "special" not in t["classes"]]
+    assert "".join(finals) == "Etna is about 3,357 m tall."
+    assert seen["toolMarkers"] and seen["toolMarkers"][0].startswith("⚙ browser.search")
+
+    # Click a token: its events are the ones selected; click an event: its token is.
+    token = trace["tokens"][seen["clickedToken"]]
+    assert seen["eventsOfToken"] == token["events"] != []
+    assert "response.output_text.delta" in seen["tokenDetail"]
+    assert seen["tokensOfEvent"] == [by_seq[seen["clickedEvent"]]["token"]]
+    assert by_seq[seen["clickedEvent"]]["event"]["type"] == "response.output_text.delta"
+
+    # The recovered malformed header is highlighted, and its tokens are the ones the recovery names.
+    recovered = "".join(t["text"] for t in timeline if "recovered" in t["classes"])
+    assert recovered == "I should search first<|channel|>"
+    assert seen["recoveredStyle"]["outline"] == "solid"
+    [recovery] = seen["recoveries"]
+    assert recovery.startswith("text_before_channel")
+    assert seen["tokensOfRecovery"] == trace["recoveries"][0]["tokens"]
+
+    # The timing plot: the arrival line, the tool's time, the figures.
+    assert seen["plot"] == 1 and seen["toolBands"] == 1
+    assert "time to first token" in seen["timing"] and "tool time" in seen["timing"]
+    assert shot.stat().st_size > 10_000
