@@ -7,12 +7,18 @@ request was sent) of every *text* token as JSON. MODE ``direct`` reads the vLLM 
 per token; the first three ids are the final channel's header), MODE ``ours`` reads our server (one
 ``response.output_text.delta`` event per text token). Counting byte patterns, not parsing, keeps the client's
 own cost out of the figures (see ``_sse_client.py``).
+
+With ``LATENCY_STARTS=1`` in the environment it prints ``{"starts": [...], "arrivals": [...]}`` instead:
+per stream also when the response began, to the client: for MODE ``ours`` the arrival of
+``response.created``, for MODE ``direct`` that of the answer's first bytes (its status line: the engine's
+admission, the earliest any layer in front of it can say the request was taken).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from urllib.parse import urlsplit
@@ -20,9 +26,14 @@ from urllib.parse import urlsplit
 HEADER_TOKENS = 3  # <|channel|> final <|message|>: no text event for them
 
 
-async def one(mode: str, host: str, port: int, path: str, body: bytes, delay: float = 0.0) -> list[float]:
+async def one(
+    mode: str, host: str, port: int, path: str, body: bytes, delay: float = 0.0
+) -> tuple[float | None, list[float]]:
+    """One stream: when it began (see the module docstring) and every text token's arrival."""
     await asyncio.sleep(delay)
     marker = b'"token_ids":[' if mode == "direct" else b"event: response.output_text.delta\n"
+    began_marker = b"HTTP/1.1 " if mode == "direct" else b"event: response.created\n"
+    began: float | None = None
     reader, writer = await asyncio.open_connection(host, port)
     request = (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -39,20 +50,24 @@ async def one(mode: str, host: str, port: int, path: str, body: bytes, delay: fl
         if not data:
             break
         window = tail + data
+        if began is None and began_marker in window:
+            began = now
         new = window.count(marker) - tail.count(marker)
         arrivals.extend([now] * new)
-        tail = window[-(len(marker) - 1) :]
+        tail = window[-(max(len(marker), len(began_marker)) - 1) :]
     writer.close()
     if mode == "direct":
         arrivals = arrivals[HEADER_TOKENS:-1]  # text tokens only: not the header, not <|return|>
-    return arrivals
+    return began, arrivals
 
 
-async def run(mode: str, url: str, streams: int, repeats: int, body: bytes, stagger: float) -> list[list[float]]:
+async def run(
+    mode: str, url: str, streams: int, repeats: int, body: bytes, stagger: float
+) -> list[tuple[float | None, list[float]]]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     await one(mode, host, port, parts.path, body)  # warm-up
-    out: list[list[float]] = []
+    out: list[tuple[float | None, list[float]]] = []
     for _ in range(repeats):
         out += await asyncio.gather(*(one(mode, host, port, parts.path, body, i * stagger) for i in range(streams)))
     return out
@@ -63,4 +78,8 @@ if __name__ == "__main__":
     stagger = float(sys.argv[6]) / 1000 if len(sys.argv) > 6 else 0.0
     with open(body_file, "rb") as f:
         body = f.read()
-    print(json.dumps(asyncio.run(run(mode, url, streams, repeats, body, stagger))))
+    results = asyncio.run(run(mode, url, streams, repeats, body, stagger))
+    if os.environ.get("LATENCY_STARTS") == "1":
+        print(json.dumps({"starts": [b for b, _ in results], "arrivals": [a for _, a in results]}))
+    else:
+        print(json.dumps([a for _, a in results]))

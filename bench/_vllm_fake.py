@@ -1,9 +1,11 @@
 """A minimal vLLM ``/v1/completions`` fake for the engine benchmark, streaming as fast as it can.
 
-Run by ``engine_bench.py`` as ``python _vllm_fake.py PORT TOKENS_FILE PACE_MS``: every completion streams
-the ids in TOKENS_FILE (a JSON list), one id per SSE chunk in vLLM's shape (engines.md §2.1), every
-PACE_MS milliseconds after the first (0: back to back, each chunk its own write). It answers the
-start-up check's ``/health``, ``/v1/models`` and ``/detokenize`` too.
+Run by ``engine_bench.py`` as ``python _vllm_fake.py PORT TOKENS_FILE PACE_MS [PREFILL_MS]``: every
+completion streams the ids in TOKENS_FILE (a JSON list), one id per SSE chunk in vLLM's shape (engines.md
+§2.1), every PACE_MS milliseconds after the first (0: back to back, each chunk its own write). With
+PREFILL_MS the first chunk comes that long after the status line and headers, as a real engine's prefill
+of a long prompt (the headers go out at once). It answers the start-up check's ``/health``,
+``/v1/models`` and ``/detokenize`` too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ MODEL = "openai/gpt-oss-20b"
 
 def main() -> None:
     port, tokens_file, pace_ms = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    prefill = float(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.0
     with open(tokens_file) as f:
         tokens: list[int] = json.load(f)
 
@@ -33,6 +36,8 @@ def main() -> None:
 
         async def chunks():  # type: ignore[no-untyped-def]
             loop = asyncio.get_running_loop()
+            if prefill:
+                await asyncio.sleep(prefill)
             start = loop.time()
             last = len(tokens) - 1
             for k, token in enumerate(tokens):

@@ -11,24 +11,30 @@ notes when each text token arrives. Readers, all in the same run:
   each fake serving half the streams): what routing costs.
 
 Figures per reader: text tokens per second over the whole burst (all tokens / the last one's arrival),
-the servers' CPU per token (all their processes), first token p50/p99, and first-token p50 as a ratio to
-the bare proxy's in the same run (target: within 1.25× at 64 and 256 streams, flat out and paced).
+the servers' CPU per token (all their processes), first token (first delta) p50/p99, and first-token p50
+and p99 as ratios to the bare proxy's in the same run (target: within 1.25× at 64 and 256 streams, flat
+out and paced). Also when the response began (issue 24 item 1): ``response.created`` p50/p99 for our
+readers, and as the floor the bare proxy's first bytes (the engine's status line relayed: its admission,
+before its first token); ``created ÷ bare`` is our p50 over that floor's p50.
 
-Two runs: the fakes streaming as fast as they can, and paced at 10 ms per token. Everything shares this
-machine's cores: the fakes and the client take their part, so absolute figures are this machine's, the
-ratios the comparison. Each figure is over ``REPEATS`` bursts at least, and enough for ``FIRST_TOKENS`` first
-tokens (15 bursts of 64: over five, the bare proxy's own p50 moved 2.5× between runs), the readers taking
-turns burst by burst. A stream that got no text token at all is counted and shown (``no token``), not left
-out silently.
+Three runs: the fakes streaming as fast as they can, paced at 10 ms per token, and paced after a 300 ms
+prefill (the status line at once, the first token 300 ms later: ``response.created`` must not wait for it).
+Everything shares this machine's cores: the fakes and the client take their part, so absolute figures are this
+machine's, the ratios the comparison. Each figure is over ``REPEATS`` bursts at least, and enough for
+``FIRST_TOKENS`` first tokens (15 bursts of 64: over five, the bare proxy's own p50 moved 2.5× between runs),
+the readers taking turns burst by burst. A stream that got no text token at all is counted and shown
+(``no token``), not left out silently.
 
 ``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy), ``SCALE_STREAMS=64,256`` the
-burst sizes, ``SCALE_PACES=0,10`` the fakes' paces (ms per token, 0: flat out): for quicker comparisons of
-one change.
+burst sizes, ``SCALE_PACES=0,10,10+300`` the runs (ms per token, 0: flat out; ``+MS`` a prefill),
+``SCALE_REPEATS`` and ``SCALE_FIRST_TOKENS`` the least bursts and first tokens per figure (5 and 960): for
+quicker comparisons of one change.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,8 +45,10 @@ from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, p
 
 MODEL = "gpt-oss-20b"
 STREAMS = tuple(int(s) for s in os.environ.get("SCALE_STREAMS", "64,256").split(","))
-REPEATS = 5
-FIRST_TOKENS = 960
+REPEATS = int(os.environ.get("SCALE_REPEATS", "5"))
+FIRST_TOKENS = int(os.environ.get("SCALE_FIRST_TOKENS", "960"))
+# The runs: (name in SCALE_PACES, ms per token, text tokens per stream, prefill ms).
+RUNS = (("0", 0, 400, 0), ("10", 10, 100, 0), ("10+300", 10, 100, 300))
 # Our readers: their engine arguments, given the two fakes' specs.
 OURS = {
     "ours, 1 process": lambda a, b: ["--engine", a],
@@ -70,11 +78,12 @@ def ours(port: int, engine_args: list[str]) -> list[str]:
     return [*serve, "--log-level", "warning", "--current-date", "2025-06-01", *engine_args]
 
 
-def burst(mode: str, url: str, streams: int, body: Path) -> list[list[float]]:
-    """One burst of ``streams`` requests at once: each stream's text-token arrival times."""
+def burst(mode: str, url: str, streams: int, body: Path) -> tuple[list[float | None], list[list[float]]]:
+    """One burst of ``streams`` requests at once: when each stream began, and its text-token arrival times."""
     argv = [sys.executable, str(HERE / "_latency_client.py"), mode, url, str(streams), "1", str(body)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900)
-    return json.loads(out.stdout)
+    env = {**os.environ, "LATENCY_STARTS": "1"}
+    out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900, env=env).stdout)
+    return out["starts"], out["arrivals"]
 
 
 def main() -> None:
@@ -83,15 +92,18 @@ def main() -> None:
         work = Path(tmp)
         (work / "direct.json").write_text(json.dumps(direct_body()))
         (work / "ours.json").write_text(json.dumps({"model": MODEL, "input": INPUT, "stream": True, "store": False}))
-        for pace_ms, n_text in ((0, 400), (10, 100)):
-            if str(pace_ms) not in os.environ.get("SCALE_PACES", "0,10").split(","):
+        for run_name, pace_ms, n_text, prefill_ms in RUNS:
+            if run_name not in os.environ.get("SCALE_PACES", "0,10,10+300").split(","):
                 continue
             (work / "tokens.json").write_text(json.dumps(completion(n_text)))
             fake_a, fake_b = free_port(), free_port()
             procs: dict[str, subprocess.Popen[bytes]] = {}
             for name, port in (("fake a", fake_a), ("fake b", fake_b)):
                 procs[name] = subprocess.Popen(
-                    [sys.executable, str(HERE / "_vllm_fake.py"), str(port), str(work / "tokens.json"), str(pace_ms)],
+                    [
+                        *(sys.executable, str(HERE / "_vllm_fake.py"), str(port), str(work / "tokens.json")),
+                        *(str(pace_ms), str(prefill_ms)),
+                    ],
                     stderr=subprocess.DEVNULL,
                 )
             engine_a, engine_b = f"vllm:http://127.0.0.1:{fake_a}", f"vllm:http://127.0.0.1:{fake_b}"
@@ -116,14 +128,18 @@ def main() -> None:
                     port = {"fake a": fake_a, "fake b": fake_b}.get(name) or ports[name]
                     wait_healthy(f"http://127.0.0.1:{port}", proc)
                 label = "as fast as they can" if not pace_ms else f"paced at {pace_ms} ms per token"
+                if prefill_ms:
+                    label += f" after a {prefill_ms} ms prefill"
                 print(f"\nvLLM fakes streaming {n_text} text tokens per stream, {label}")
                 print(
                     f"  {'streams':>7}  {'reading':<18} {'tokens/s':>9} {'CPU µs/token':>12} "
-                    f"{'first p50 ms':>12} {'p99 ms':>8} {'p50 ÷ bare':>10} {'no token':>8}"
+                    f"{'first p50 ms':>12} {'p99 ms':>8} {'p50 ÷ bare':>10} {'p99 ÷ bare':>10} "
+                    f"{'created p50':>11} {'p99 ms':>8} {'created ÷ bare':>14} {'no token':>8}"
                 )
                 for streams in STREAMS:
-                    floor = None
+                    floor = floor99 = began_floor = None
                     runs: dict[str, list[list[float]]] = {name: [] for name in readers}
+                    starts: dict[str, list[float | None]] = {name: [] for name in readers}
                     used: dict[str, float] = dict.fromkeys(readers, 0.0)
                     # The readers take turns, one burst each, so that the machine's drift over the run (this
                     # 2-core machine's first-token figures move by ±20 % from one minute to the next) falls on
@@ -133,7 +149,9 @@ def main() -> None:
                             body = work / ("direct.json" if mode == "direct" else "ours.json")
                             url = f"http://127.0.0.1:{ports[name]}{path}"
                             cpu = tree_cpu(procs[name].pid)
-                            runs[name] += burst(mode, url, streams, body)
+                            began, arrivals = burst(mode, url, streams, body)
+                            starts[name] += began
+                            runs[name] += arrivals
                             used[name] += tree_cpu(procs[name].pid) - cpu
                     for name in readers:
                         tokens = sum(map(len, runs[name]))
@@ -146,12 +164,18 @@ def main() -> None:
                             print(f"  {streams:>7}  {name:<18} no stream got a text token ({missing} streams)")
                             continue
                         p50, p99 = pct(first, 0.5), pct(first, 0.99)
+                        began = [b for b in starts[name] if b is not None]
+                        b50, b99 = (pct(began, 0.5), pct(began, 0.99)) if began else (math.nan, math.nan)
                         if name == "bare proxy":
-                            floor = p50
-                        ratio = f"{p50 / floor:.2f}" if floor else "n/a"  # n/a: the floor itself failed
+                            floor, floor99, began_floor = p50, p99, b50
+                        # n/a: the floor itself failed
+                        ratio = f"{p50 / floor:.2f}" if floor else "n/a"
+                        ratio99 = f"{p99 / floor99:.2f}" if floor99 else "n/a"
+                        began_ratio = f"{b50 / began_floor:.2f}" if began_floor else "n/a"
                         print(
                             f"  {streams:>7}  {name:<18} {tokens / wall:>9,.0f} {used[name] / tokens * 1e6:>12.1f} "
-                            f"{p50:>12.1f} {p99:>8.1f} {ratio:>10} {missing:>8}"
+                            f"{p50:>12.1f} {p99:>8.1f} {ratio:>10} {ratio99:>10} "
+                            f"{b50:>11.1f} {b99:>8.1f} {began_ratio:>14} {missing:>8}"
                         )
             finally:
                 for proc in procs.values():
