@@ -152,6 +152,7 @@ _COMMANDS_CHECKED_ELSEWHERE = {
     ("llama-server",): "tests/test_readme_recipes.py",
     ("trtllm-serve",): "tests/test_readme_recipes.py",
     ("npm", "i", "-g"): "tests/clients/test_codex.py",
+    ("harmony-responses", "trace"): "tests/tokentrace/test_cli.py",
     ("codex", "exec"): "tests/clients/test_codex.py",
     ("docker",): "tests/test_packaging.py::test_guide_s_docker_section_runs_this_image",
     ("pip", "install"): "tests/test_packaging.py::test_guide_says_how_to_install_without_an_index",

@@ -12,7 +12,7 @@ const browser = await playwright.launch({
   headless: true,
 });
 try {
-  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1200, height: 1000 } });
   const requested = [];
   context.on("request", (request) => requested.push(request.url()));
   const page = await context.newPage();
@@ -50,7 +50,8 @@ try {
   const timing = await page.textContent("#timing-figures");
   const toolMarkers = await page.$$eval("#tokens .marker.tool", (nodes) => nodes.map((n) => n.textContent));
   await page.locator("#tokens .tok.ch-final.caused:not(.special)").first().click();
-  await page.screenshot({ path: screenshot, fullPage: true });
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: screenshot });  // the first screen: timing, tokens, the selection
   console.log(
     JSON.stringify({
       timeline, clickedToken, eventsOfToken, tokenDetail, clickedEvent, tokensOfEvent, recoveredStyle, recoveries,
