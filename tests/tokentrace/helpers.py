@@ -39,7 +39,7 @@ class Servers:
         self._tmp = tmp_path
         self._started: list[Live] = []
 
-    def start(self, lines: list[str] | None = None, **config: Any) -> Live:
+    def start(self, lines: list[str | dict[str, Any]] | None = None, **config: Any) -> Live:
         config.setdefault("models", (MODEL,))
         config.setdefault("current_date", "2025-06-01")
         config.setdefault("store", f"sqlite:{self._tmp / 'responses.sqlite3'}")

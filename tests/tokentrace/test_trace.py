@@ -165,3 +165,27 @@ def test_the_page_or_the_json_as_asked(servers: Servers) -> None:
     )
     bad = httpx.get(url, params={"format": "xml"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "format"
+
+
+def test_a_response_failed_on_bad_harmony_is_traced_with_the_failure(servers: Servers) -> None:
+    # Words after the channel and <|end|> with nothing after: the header is dropped, then the output ends.
+    live = servers.start([{"harmony": "<|channel|>final Hello there<|end|>", "finish": "stop"}], trace=True)
+    sent = sse_events(post(live, {"model": MODEL, "input": "Hi", "stream": True}).content)
+    assert sent[-1]["response"]["status"] == "failed"
+    trace = trace_json(live, sent[-1]["response"]["id"]).json()
+    assert [e["event"] for e in trace["events"]] == sent
+    assert [r["rule"] for r in trace["recoveries"]] == ["words_in_header", "not_recovered"]
+    dropped = trace["recoveries"][0]
+    assert "".join(trace["tokens"][i]["text"] for i in dropped["tokens"]) == "<|channel|>final Hello there<|end|>"
+    assert [e["event"]["type"] for e in trace["events"]][-2:] == ["error", "response.failed"]
+    [call] = trace["engine_calls"]
+    assert call["finish"] == "stop" and call["ended"] is not None
+
+
+def test_a_json_answer_is_traced_as_a_stream_is(servers: Servers, docs: Path) -> None:
+    live = servers.start([MALFORMED_SEARCH, ANSWER], trace=True, search_dir=str(docs))
+    answer = post(live, {**BODY, "stream": False})
+    assert answer.status_code == 200, answer.text
+    trace = trace_json(live, answer.json()["id"]).json()
+    assert trace["events"][-1]["event"]["response"] == answer.json()  # the end of what it would have streamed
+    assert [r["rule"] for r in trace["recoveries"]] == ["text_before_channel"] and len(trace["tools"]) == 1

@@ -254,6 +254,8 @@ class ResponseRun:
     async def _close_stream(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
+            if self.trace is not None:
+                self.trace.engine_end("closed")  # stopped here (a cut, a tool call, the end): unless it ended
             try:
                 await stream.aclose()
             except Exception:  # an engine failing to clean up must not hide the response's own outcome
