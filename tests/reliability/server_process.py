@@ -9,10 +9,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -29,6 +30,13 @@ def free_port() -> int:
 class ServerProcess:
     process: subprocess.Popen[str]
     port: int
+    log: IO[str] | None = None  # its stderr
+
+    def stderr(self) -> str:
+        """What the server wrote to stderr (once it has exited: the file's offset is shared with it)."""
+        assert self.log is not None
+        self.log.seek(0)
+        return self.log.read()
 
     @property
     def root(self) -> str:
@@ -41,8 +49,14 @@ class ServerProcess:
 
 
 @contextmanager
-def server_process(args: Sequence[str], *, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
-    """Start ``serve`` with ``args`` (plus a free port), wait until it answers, stop it at the end."""
+def server_process(
+    args: Sequence[str], *, env: dict[str, str] | None = None, preexec_fn: Callable[[], object] | None = None
+) -> Iterator[ServerProcess]:
+    """Start ``serve`` with ``args`` (plus a free port), wait until it answers, stop it at the end.
+
+    ``preexec_fn`` runs in the child before ``serve`` starts (``subprocess.Popen``'s): to set a signal's
+    disposition as a shell would, say.
+    """
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("HARMONY_RESPONSES_")}
     environment["HARMONY_RESPONSES_DATA_DIR"] = os.environ["HARMONY_RESPONSES_DATA_DIR"]
@@ -54,8 +68,9 @@ def server_process(args: Sequence[str], *, env: dict[str, str] | None = None) ->
         stderr=log,
         text=True,
         env=environment,
+        preexec_fn=preexec_fn,
     )
-    server = ServerProcess(process, port)
+    server = ServerProcess(process, port, log)
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -11,10 +11,12 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from types import FrameType
 from typing import Any, TextIO
 
 import uvicorn
@@ -30,6 +32,7 @@ from .config import DEFAULT_MODELS, Config
 from .config_file import apply_config_file
 from .engines import build_engines, describe_engines, split_engine_values
 from .options import BY_NAME, ENV_PREFIX, GROUPS, OPTIONS, env_list
+from .stopping import end_by, exit_now, exit_soon
 
 __all__ = ["add_serve_arguments", "banner", "config_from_args", "configure_logging", "run_server", "serve"]
 
@@ -192,6 +195,17 @@ class _Server(uvicorn.Server):
                 "shutdown: %d responses still running after %g s are ended", running, self._grace
             )
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGINT and self.should_exit:
+            exit_now(sig)  # a second Ctrl-C: at once (uvicorn's force_exit could hang; see stopping.py)
+        super().handle_exit(sig, frame)
+
+    async def serve(self, sockets: Any = None) -> None:
+        try:
+            await super().serve(sockets)
+        finally:
+            exit_soon()  # done serving: what is left (asyncio.run's clean-up, threads) must not outlive it long
+
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
         if self.started:
@@ -304,6 +318,8 @@ def run_server(
     )
     try:
         server.run(sockets=sockets)
+    except KeyboardInterrupt:
+        end_by(signal.SIGINT)  # the SIGINT it shut down on, raised again by uvicorn: over, not failed
     except SystemExit:
         # uvicorn exits (status 3) when the lifespan fails; a failed engine check gets its own last word.
         if app.state.server.startup_error is None:
