@@ -95,3 +95,52 @@ def test_a_failed_install_stops_the_run_and_says_why(tmp_path: Path) -> None:
     assert calls == ["install "]
     assert "the install failed, so nothing else can run" in run.stderr
     assert _row(run.stdout, "install")[-1] == "FAILED"
+
+
+def test_scripts_serve_resolves_relative_paths_against_the_callers_directory(tmp_path: Path) -> None:
+    """``scripts/serve --engine replay:./x.jsonl --config ./serve.toml`` from another folder serves that script
+    with that config (issue 23 #9: it changed to the repo folder first, and the paths could not be read)."""
+    import json
+    import socket
+    import time
+
+    import httpx
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "serve", repo / "scripts" / "serve")
+    _stub(repo / "scripts" / "install", "exit 0")  # the checkout's venv is set up already
+    real = ROOT / ".venv" / "bin" / "harmony-responses"
+    _stub(repo / ".venv" / "bin" / "harmony-responses", f'exec "{real}" "$@"')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.jsonl").write_text(json.dumps({"harmony": "<|channel|>final<|message|>from x.jsonl<|return|>"}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (elsewhere / "serve.toml").write_text(f"port = {port}\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HARMONY_")}
+    environ.update(CALLS=str(tmp_path / "calls"), HARMONY_RESPONSES_DATA_DIR=str(tmp_path / "data"))
+    args = ["--engine", "replay:./x.jsonl", "--config", "./serve.toml", "--store", "sqlite:./store.sqlite3"]
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            ["../repo/scripts/serve", *args], cwd=elsewhere, env=environ, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        while True:  # until it answers on the config file's port, or has exited
+            assert process.poll() is None, log.read_text()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/v1/responses", json={"model": "gpt-oss-20b", "input": "hi"}, timeout=60
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["output"][-1]["content"][0]["text"] == "from x.jsonl"
+        assert (elsewhere / "store.sqlite3").exists()  # sqlite:./PATH is the caller's too
+    finally:
+        process.terminate()
+        process.wait(60)
