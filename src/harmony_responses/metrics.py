@@ -23,10 +23,11 @@ server spends on an event.
 from __future__ import annotations
 
 import bisect
+import contextvars
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -51,6 +52,7 @@ __all__ = [
     "INPUT_TOKENS",
     "OUTPUT_TOKENS",
     "QUEUE_DEPTH",
+    "QUOTA_REJECTIONS",
     "REASONING_TOKENS",
     "REPLICA_OUTAGES",
     "RESPONSES",
@@ -58,6 +60,7 @@ __all__ = [
     "STREAMS_IN_FLIGHT",
     "TIME_BETWEEN_TOKENS",
     "TIME_TO_FIRST_TOKEN",
+    "TOKEN_SINK",
     "TOOL_CALLS",
     "TOOL_CALL_DURATION",
     "add_to_histogram",
@@ -194,6 +197,25 @@ STORE_WRITE_DURATION = Histogram(
     buckets=STORE_BUCKETS,
 )
 
+QUOTA_REJECTIONS = Counter(
+    PREFIX + "quota_rejections_total",
+    "Requests refused with 429 by an API key's limit, by the key's name ([[keys]] name) and the limit "
+    "(requests_per_minute, tokens_per_minute, max_concurrent, max_concurrent_background)",
+    ["key", "limit"],
+)
+
+
+class TokenSink(Protocol):
+    """Who is told of a response's tokens as they are produced (quotas: its key's tokens per minute)."""
+
+    def tokens(self, count: int) -> None: ...
+
+
+# The sink of the responses started in this context (None: no one counts their tokens).
+TOKEN_SINK: contextvars.ContextVar[TokenSink | None] = contextvars.ContextVar(
+    "harmony_responses_token_sink", default=None
+)
+
 
 def exposition() -> tuple[bytes, str]:
     """``/metrics``'s body and content type: every worker's metrics when they share a folder, else this process's."""
@@ -286,6 +308,8 @@ class RunMetrics:
         "_first_seen",
         "_last",
         "_pending",
+        "_sink",
+        "_sunk",
         "_sum",
         "arrived",
         "engine",
@@ -305,6 +329,9 @@ class RunMetrics:
         self._first_seen = False
         self._last: float | None = None
         self.reported = False
+        # Told of the tokens as they come (TOKEN_SINK), then of the rest of the usage (input) at the end.
+        self._sink = TOKEN_SINK.get()
+        self._sunk = 0
 
     def engine_call(self) -> None:
         labelled(ENGINE_CALLS, self.engine).inc()
@@ -317,6 +344,9 @@ class RunMetrics:
         """An engine chunk of ``count`` generated tokens arrived (the hot path: see the module docstring)."""
         if not count:
             return
+        if self._sink is not None:
+            self._sink.tokens(count)
+            self._sunk += count
         now = _monotonic()
         last = self._last
         self._last = now
@@ -344,6 +374,8 @@ class RunMetrics:
             return
         self.reported = True
         self.engine_call_ended()
+        if self._sink is not None:  # usage is what counts (input + output): the difference is the prompts
+            self._sink.tokens(usage.get("input", 0) + usage.get("output", 0) - self._sunk)
         model = self.model
         labelled(RESPONSES, model, status).inc()
         for counter, key in (

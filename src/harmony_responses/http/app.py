@@ -28,6 +28,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 
 from ..metrics import exposition
+from ..quotas import Quotas
 from ..request import model_not_found
 from ..run import Server
 from .auth import BearerAuth
@@ -35,6 +36,7 @@ from .errors import exception_handlers, json_response
 from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
 from .observe import Observe
+from .quotas import QuotaLimits
 from .responses import compact_response, count_input_tokens, create_response
 from .shutdown import RefuseWhileClosing
 from .stored import routes as stored_routes
@@ -83,7 +85,10 @@ class ObservedStarlette(Starlette):
     first delta is out (run/turns.py)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Observe(FirstTokensFirst(super().build_middleware_stack(), path="/v1/responses"))
+        inner: ASGIApp = FirstTokensFirst(super().build_middleware_stack(), path="/v1/responses")
+        if self.state.quotas is not None:  # admitted before the start lane: the counters are a database's
+            inner = QuotaLimits(inner, quotas=self.state.quotas)
+        return Observe(inner)
 
 
 def build_app(
@@ -93,6 +98,7 @@ def build_app(
     max_body_bytes: int,
     loopback_hosts: Sequence[str] | None = None,
     body_timeout: float = 60.0,
+    quotas: Quotas | None = None,
 ) -> Starlette:
     """The ASGI app serving ``server``.
 
@@ -103,14 +109,20 @@ def build_app(
         loopback_hosts: for a server listening on a loopback address, the ``Host`` names it answers to
             besides loopback ones (``hosts.LoopbackHosts``); None: any (not a loopback bind).
         body_timeout: seconds a client may take to send a request's body (then 408).
+        quotas: the limited keys' quotas (``harmony_responses.quotas``), opened and closed with the server; their
+            keys must be among ``api_keys``.
     """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await server.start()
+        if quotas is not None:
+            await quotas.open()
         try:
             yield
         finally:
+            if quotas is not None:
+                await quotas.aclose()
             await server.aclose()
 
     middleware = [Middleware(RefuseWhileClosing, server=server)]
@@ -137,6 +149,7 @@ def build_app(
     )
     app.state.server = server
     app.state.keyed = bool(api_keys)
+    app.state.quotas = quotas
     app.state.loopback_hosts = tuple(loopback_hosts) if loopback_hosts is not None else None
     app.state.max_body_bytes = max_body_bytes
     app.state.body_timeout = body_timeout

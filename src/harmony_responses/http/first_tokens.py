@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..run.turns import starting
+from ..run.turns import starting, tier_rank
 from .connection import body_received
 
 __all__ = ["DELTA_FRAME", "FirstTokensFirst"]
@@ -40,7 +40,7 @@ class FirstTokensFirst:
             return
         with starting() as start:
             if body_received(receive):
-                await start.enter_lane()
+                await start.enter_lane(tier_rank(getattr(getattr(receive, "__self__", None), "body", b"")))
 
             async def send_watching(message: Message) -> None:
                 await send(message)

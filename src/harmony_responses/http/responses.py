@@ -21,13 +21,14 @@ from starlette.types import ASGIApp
 from ..errors import APIError
 from ..request import ResponseRequest, read_request
 from ..run import Background, Server
-from ..run.turns import enter_lane
+from ..run.turns import enter_lane, tier_rank
 from ..tokentrace import HEADER as TRACE_HEADER
 from ..tokentrace import REQUESTED as TRACE_REQUESTED
 from ..tokentrace import requested as trace_requested
 from .auth import owner_of
 from .connection import body_received
 from .errors import json_response
+from .quotas import admit_response, hold_for
 from .streaming import FollowStream, RunResponse
 
 __all__ = ["compact_response", "count_input_tokens", "create_response", "read_json_body"]
@@ -158,12 +159,14 @@ async def compact_response(request: Request) -> ASGIApp:
 async def create_response(request: Request) -> ASGIApp:
     server: Server = request.app.state.server
     body = await read_json_body(request, request.app.state.max_body_bytes)
-    await enter_lane()  # the start work, in arrival order, one lot at a time (run/turns.py)
+    await enter_lane(tier_rank(body))  # the start work, in arrival order by tier, one lot at a time (run/turns.py)
     prepared = await _read(request, body)
+    await admit_response(prepared.body)  # the tier used, and a limited key's slot (quotas.py)
     if TRACE_HEADER in request.headers:  # honoured only with --trace-header (tokentrace.TraceOptions)
         TRACE_REQUESTED.set(trace_requested(request.headers[TRACE_HEADER]))
     outcome = await server.create_response(prepared)
     stream = prepared.options.stream
     if isinstance(outcome, Background):
+        hold_for(outcome.live.task)
         return FollowStream(outcome.events()) if stream else json_response(outcome.response)
     return RunResponse(outcome, stream=stream)

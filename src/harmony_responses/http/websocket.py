@@ -45,14 +45,16 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import APIError, shutting_down
 from ..logs import current_request_id, request_scope
-from ..metrics import STREAMS_IN_FLIGHT
+from ..metrics import STREAMS_IN_FLIGHT, TOKEN_SINK
+from ..quotas import CURRENT
 from ..request import History, read_request
 from ..run import ResponseRun, Server, StoredRun
-from ..run.turns import Turns, starting
+from ..run.turns import Turns, starting, tier_rank
 from .auth import owner_of
 from .connection import DRAIN_EXTENSION
 from .errors import error_response, to_api_error
 from .hosts import is_loopback
+from .quotas import admit_response
 
 __all__ = ["responses_socket"]
 
@@ -238,10 +240,32 @@ class _Connection:
             await self._send(_error_event(error, stream_id), None)
 
     async def _create(self, message: dict[str, Any], stream_id: str | None) -> None:
+        # A limited key's response.create is admitted as its HTTP twin is (http/quotas.py): a request taken,
+        # a slot held, its tokens taken as produced; over a limit, a 429 error event.
+        quotas = self.websocket.app.state.quotas
+        limits = quotas.limits_for(self.websocket.headers.get("authorization", "")) if quotas else None
+        if limits is None:
+            await self._create_admitted(message, stream_id)
+            return
+        try:
+            grant = await quotas.admit(limits)
+        except APIError as exc:
+            await self._send_error(exc, stream_id)
+            return
+        current = CURRENT.set(grant)
+        sink = TOKEN_SINK.set(grant if limits.tokens_per_minute is not None else None)
+        try:
+            await self._create_admitted(message, stream_id)
+        finally:
+            TOKEN_SINK.reset(sink)
+            CURRENT.reset(current)
+            await grant.close()
+
+    async def _create_admitted(self, message: dict[str, Any], stream_id: str | None) -> None:
         body = {k: v for k, v in message.items() if k not in ("type", "stream_id", "generate")}
         # Each response.create arrives now (its time to first token counts from here), under the handshake's id.
         with request_scope(current_request_id() or "-"), starting() as start:
-            await start.enter_lane()  # the start work in arrival order, one lot at a time (run/turns.py)
+            await start.enter_lane(tier_rank(body))  # the start work by tier and arrival, one lot at a time
             try:
                 if body.get("background"):
                     raise APIError(
@@ -259,6 +283,7 @@ class _Connection:
                     sealer=self.server.sealer,
                     web_search=self.server.web_search is not None,
                 )
+                await admit_response(prepared.body)  # the tier used, a limited key's slot (quotas.py)
                 if message.get("generate") is False:
                     events = await self.server.prepared_response(prepared)
                     for event in events:

@@ -6,8 +6,9 @@ echoed, defaults filled in as the API fills them: ``temperature``/``top_p`` 1.0,
 Responses' schema rejects nulls there). Function tools are echoed with all of ``description``,
 ``parameters`` and ``strict`` present (nullable), as openai-python's ``FunctionTool`` requires.
 
-``service_tier`` is the tier actually used, which is always ``"default"`` here, whatever was asked
-(the API reports the processing mode it used, not the request's value).
+``service_tier`` is the tier actually used (the API reports the processing mode it used, not the request's
+value): the HTTP layer writes it into the body once it has resolved it (``quotas.resolve_tier``: ``auto``
+is ``default``, ``fast`` is ``priority``); a body it did not pass through echoes ``default``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["echo_fields"]
+
+TIERS = ("default", "flex", "priority")  # quotas.TIERS: what a response runs in
 
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,7 +80,7 @@ def echo_fields(body: Mapping[str, Any]) -> dict[str, Any]:
         "prompt_cache_key": body.get("prompt_cache_key"),
         "reasoning": _reasoning(body.get("reasoning")),
         "safety_identifier": body.get("safety_identifier"),
-        "service_tier": "default",
+        "service_tier": body.get("service_tier") if body.get("service_tier") in TIERS else "default",
         "store": _value(body, "store", True),
         "temperature": float(_value(body, "temperature", 1.0)),
         "top_p": float(_value(body, "top_p", 1.0)),

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import APIError
 from ..ids import id_problem
+from ..quotas import requestable_tiers
 from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
 from ..tools.mcp import mcp_tool_problem
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
@@ -837,8 +838,9 @@ def validate_request(body: Any) -> RequestOptions:
     truncation = _opt_enum(body, "truncation", ("auto", "disabled"))
     _opt_bool(body, "store")
     _check_metadata(body)
-    for key in ("user", "safety_identifier", "prompt_cache_key", "service_tier"):
+    for key in ("user", "safety_identifier", "prompt_cache_key"):
         _opt_str(body, key)
+    _opt_enum(body, "service_tier", requestable_tiers())  # the tier used: quotas.resolve_tier
     _opt_enum(body, "prompt_cache_retention", ("in_memory", "24h"))
     compact_threshold = _check_context_management(body)
 

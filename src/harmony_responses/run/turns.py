@@ -46,6 +46,8 @@ spell of the overload rule), it lets in several at once. While requests wait the
 garbage collector is held off (``GC_DEFER_LIMIT`` at most): a burst's new requests are tens of thousands of
 young objects, and one young collection in the middle of it took 30-50 ms, each start behind it waiting;
 it runs once the lane is clear instead.
+The lane's order is by ``service_tier`` first (``tier_rank``: ``priority`` before ``default`` before
+``flex``), arrival within a tier: a priority request arriving behind a queue of flex ones starts next.
 While requests wait there, every producer that has handed on its first delta is held, a paced one too (a
 loop turn spent on the tokens of streams already flowing is a turn between two starts), and a hold that
 runs out waits again while the queue lasts, up to the overload rule: as a bare proxy, which starts a
@@ -60,6 +62,7 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import re
 import time
 import weakref
 from collections import deque
@@ -70,6 +73,7 @@ from ..metrics import QUEUE_DEPTH
 
 __all__ = [
     "LANE_LIMIT",
+    "RANKS",
     "START_LIMIT",
     "YIELD_INTERVAL",
     "Start",
@@ -79,6 +83,7 @@ __all__ = [
     "enter_lane",
     "leave_lane",
     "starting",
+    "tier_rank",
 ]
 
 # The longest a producer keeps the event loop to itself.
@@ -104,6 +109,53 @@ GC_DEFER_LIMIT = 0.5
 # How long holds may keep running out (requests arriving faster than they start) before the flowing
 # streams get START_LIMIT free of holds.
 OVERLOAD_SPAN = 4 * START_LIMIT
+
+
+# The start lane's order by service_tier (what a request asks for, openai's ServiceTier): lower goes first.
+RANKS = {"priority": 0, "fast": 0, "ultrafast": 0, "flex": 2}
+_DEFAULT_RANK = 1
+_TIER_IN_JSON = re.compile(rb'"service_tier"\s*:\s*"([a-z]+)"')
+
+
+def tier_rank(body: object) -> int:
+    """A request's place in the start lane's order: from its parsed body, or its raw JSON (a body that came
+    with the head is let in before it is parsed, http/first_tokens.py)."""
+    if isinstance(body, dict):
+        tier = body.get("service_tier")
+        return RANKS.get(tier, _DEFAULT_RANK) if isinstance(tier, str) else _DEFAULT_RANK
+    if isinstance(body, bytes | bytearray) and b'"service_tier"' in body:
+        found = _TIER_IN_JSON.search(body)
+        return RANKS.get(found.group(1).decode(), _DEFAULT_RANK) if found else _DEFAULT_RANK
+    return _DEFAULT_RANK
+
+
+class _Ranked:
+    """The lane's waiting requests: a queue per rank, the lowest rank's first."""
+
+    __slots__ = ("_queues",)
+
+    def __init__(self) -> None:
+        self._queues: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque(), deque())
+
+    def __bool__(self) -> bool:
+        return any(self._queues)
+
+    def __iter__(self) -> Iterator[asyncio.Future[None]]:
+        for queue in self._queues:
+            yield from queue
+
+    def append(self, waiter: asyncio.Future[None], rank: int = _DEFAULT_RANK) -> None:
+        self._queues[rank].append(waiter)
+
+    def popleft(self) -> asyncio.Future[None]:
+        for queue in self._queues:
+            if queue:
+                return queue.popleft()
+        raise IndexError("pop from an empty lane")
+
+    def clear(self) -> None:
+        for queue in self._queues:
+            queue.clear()
 
 
 class Traffic:
@@ -212,7 +264,7 @@ class _Lane:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: deque[asyncio.Future[None]] = deque()  # requests waiting, in arrival order
+        self._queue = _Ranked()  # requests waiting, by tier, in arrival order
         self._inside = 0  # let in, not left yet
         # One left in this loop turn: whoever comes next waits for the next turn (they arrive in this one
         # together, a burst's all do, and let straight in each would start before any answer is read).
@@ -229,14 +281,14 @@ class _Lane:
     def _emptied(self) -> None:
         _COLLECTIONS.release()
 
-    async def enter(self) -> None:
+    async def enter(self, rank: int = _DEFAULT_RANK) -> None:
         if not self._inside and not self._queue and not self._reopening:
             self._inside = 1
             return
         waiter = self._loop.create_future()
         if not self._queue:
             _COLLECTIONS.hold()
-        self._queue.append(waiter)
+        self._queue.append(waiter, rank)
         _LANE_QUEUE.inc()
         try:
             await waiter
@@ -309,13 +361,14 @@ class Start:
         # count as starting for long), none while it waits there, then START_LIMIT from when it is let in.
         self._timer = loop.call_later(START_LIMIT, self.end)
 
-    async def enter_lane(self) -> None:
-        """Wait for the start lane to let this request in (the module docstring), in arrival order; at once
-        if it was let in before (early, http/first_tokens.py: its start is the rest of what it does there)."""
+    async def enter_lane(self, rank: int = _DEFAULT_RANK) -> None:
+        """Wait for the start lane to let this request in (the module docstring), by ``rank`` (``tier_rank``)
+        and arrival; at once if it was let in before (early, http/first_tokens.py: its start is the rest of
+        what it does there)."""
         if self._let_in:
             return
         self._timer.cancel()
-        await self.traffic.lane.enter()
+        await self.traffic.lane.enter(rank)
         self._let_in = time.monotonic()
         self._in_lane = True
         self._timer = self._loop.call_later(LANE_LIMIT, self._lane_limit)
@@ -356,11 +409,12 @@ class Start:
 _current: contextvars.ContextVar[Start | None] = contextvars.ContextVar("harmony_responses_start", default=None)
 
 
-async def enter_lane() -> None:
-    """The current request (if counted as starting) waits for the start lane to let it in."""
+async def enter_lane(rank: int = _DEFAULT_RANK) -> None:
+    """The current request (if counted as starting) waits for the start lane to let it in (``rank``:
+    ``tier_rank``)."""
     start = _current.get()
     if start is not None and not start.delivered:
-        await start.enter_lane()
+        await start.enter_lane(rank)
 
 
 def leave_lane() -> None:

@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from ..engine import Engine
 from ..http import build_app
 from ..http.hosts import is_loopback
+from ..quotas import quotas_for
 from ..request import configure_reasoning_key
 from ..run import Prompting, Server, StoredResponses
 from ..tokentrace import TraceOptions
@@ -76,8 +77,9 @@ def create_app(
     )
     return build_app(
         server,
-        api_keys=config.api_keys,
+        api_keys=(*config.api_keys, *(k.key for k in config.keys)),
         max_body_bytes=config.max_body_bytes,
         loopback_hosts=config.allowed_hosts if is_loopback(config.host) else None,
         body_timeout=config.body_timeout,
+        quotas=quotas_for(config.keys, config.store, config.data_dir),
     )

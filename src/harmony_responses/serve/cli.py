@@ -80,6 +80,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         engine_start_wait=args.engine_start_wait,
         record=args.record,
         api_keys=tuple(args.api_keys or env_list(BY_NAME["api_keys"]) or ()),
+        keys=tuple(getattr(args, "keys", ())),  # the config file's [[keys]] (config_file.py)
         allowed_hosts=tuple(args.allowed_hosts or env_list(BY_NAME["allowed_hosts"]) or ()),
         log_level=args.log_level,
         log_format=args.log_format,
@@ -134,7 +135,7 @@ def banner(
         f"harmony-responses: listening on http://{shown_host}:{port}/v1",
         f"  engine: {engine_description}",
         f"  models: {', '.join(config.served_models)} (default {config.default_model})",
-        f"  auth:   {'bearer token required' if config.api_keys else 'none (no --api-key given)'}",
+        f"  auth:   {'bearer token required' if config.api_keys or config.keys else 'none (no --api-key given)'}",
         f"  store:  {describe_store(config.store, config.data_dir, config.retention)}",
     ]
     if search is not None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..engine import EngineOptions
 from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
+from ..quotas import KeyLimits
 from ..tokentrace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import McpOptions
@@ -34,6 +35,7 @@ class Config:
         engine_stall_timeout, engine_max_connections, engine_start_wait, record: the engine's
             ``EngineOptions`` (``engine/_options.py`` says what each means).
         api_keys: accepted bearer tokens; empty means no authentication.
+        keys: the config file's ``[[keys]]``: more accepted keys, each with its limits and tiers (``quotas``).
         allowed_hosts: on a loopback ``host``, the ``Host`` names answered besides loopback ones (``*``: any).
         log_level: uvicorn's and our loggers' level.
         log_format: ``text`` or ``json`` lines (``logs.py``).
@@ -88,6 +90,7 @@ class Config:
     engine_start_wait: float = EngineOptions.start_wait
     record: str | None = None
     api_keys: tuple[str, ...] = field(default=(), repr=False)
+    keys: tuple[KeyLimits, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
@@ -123,6 +126,7 @@ class Config:
         object.__setattr__(self, "models", tuple(self.models))
         object.__setattr__(self, "model_engines", tuple((str(n), str(e)) for n, e in self.model_engines))
         object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        object.__setattr__(self, "keys", tuple(self.keys))
         object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
         assert self.models or self.model_engines, "Config.models needs at least one model name"
         assert all(isinstance(m, str) and m for m in self.models), "model names must be non-empty strings"

@@ -6,6 +6,9 @@ type function and choices, so a bad value gets the same message as on the comman
 options take an array (a single string is one item), switches ``true`` or ``false``. A flag on the
 command line wins over its environment variable, which wins over the file, which wins over the default.
 
+Besides options, the file may hold ``[[keys]]`` tables: API keys with their limits and service tiers
+(``quotas._limits`` says which fields), accepted as ``--api-key`` keys are.
+
 The file may hold secrets (``api-key``, ``engine-api-key``, ``secret-key``): they stay out of ``ps``,
 unlike flags; keep the file readable by the server's user only.
 """
@@ -17,10 +20,13 @@ import difflib
 import tomllib
 from typing import Any
 
+from ..quotas import parse_keys
 from .options import OPTIONS, Option, env_value, given_on_command_line
 
 __all__ = ["BY_KEY", "apply_config_file", "read_config_file"]
 
+# read_config_file's entry for the [[keys]] tables (a list of quotas.KeyLimits), and args' attribute for them.
+KEYS = "keys"
 BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS if option.key != "config"}
 
 
@@ -40,6 +46,9 @@ def read_config_file(path: str) -> dict[str, Any]:
         raise ValueError(f"config file {path}: not valid TOML: {exc}") from None
     values: dict[str, Any] = {}
     for key, value in document.items():
+        if key == "keys":  # [[keys]]: limited API keys, not an option
+            values[KEYS] = parse_keys(value, where=f"config file {path}")
+            continue
         option = BY_KEY.get(key)
         if option is None:
             nearest = difflib.get_close_matches(key.replace("_", "-"), BY_KEY, n=1, cutoff=0.6)
@@ -82,6 +91,9 @@ def apply_config_file(args: argparse.Namespace) -> None:
         return
     given = given_on_command_line(args)
     for name, value in read_config_file(path).items():
+        if name == KEYS:
+            setattr(args, KEYS, value)
+            continue
         option = next(option for option in OPTIONS if option.name == name)
         if name in given or env_value(option) is not None:
             continue
