@@ -97,10 +97,10 @@ def test_engine_timeouts_must_be_positive(flag: str, value: str, capsys: pytest.
     assert flag in capsys.readouterr().err
 
 
-def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+def _serve(*args: str, level: str = "warning") -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "harmony-responses"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARMONY_RESPONSES_")}
-    command = [str(exe), "serve", "--port", "0", "--log-level", "warning", *args]
+    command = [str(exe), "serve", "--port", "0", "--log-level", level, *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -108,17 +108,32 @@ def test_serve_says_clearly_when_the_engine_cannot_serve() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    done = _serve("--engine", f"vllm:http://127.0.0.1:{port}", "--engine-connect-timeout", "1")
+    done = _serve("--engine", f"vllm:http://127.0.0.1:{port}", "--engine-connect-timeout", "1", level="info")
     assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
-    assert last == (
+    # One line says what was tried, what failed and what to do; nothing else is an error (issue 23 #6: a
+    # 75-line traceback sat between two one-line messages).
+    (said,) = [line for line in done.stderr.splitlines() if not line.startswith("INFO:")]
+    assert said == (
         f"harmony-responses serve: the engine cannot serve: vllm at http://127.0.0.1:{port}: cannot connect "
-        f"([Errno {errno.ECONNREFUSED}] Connect call failed ('127.0.0.1', {port}))"
+        f"([Errno {errno.ECONNREFUSED}] Connect call failed ('127.0.0.1', {port})); start the engine or correct "
+        "--engine (without --engine the server uses its echo stand-in)"
     )
+    debug = _serve("--engine", f"vllm:http://127.0.0.1:{port}", "--engine-connect-timeout", "1", level="debug")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "ConnectionRefusedError" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == said
     with run_fake(VLLMFake(detokenize_ok=False)) as fake:
         done = _serve("--engine", "vllm", "--engine-url", fake.url)
     assert done.returncode == 1
     assert "the model's tokenizer is not Harmony's" in done.stderr.strip().splitlines()[-1]
+
+
+def test_serve_says_in_one_line_when_the_store_cannot_be_used(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    done = _serve("--store", f"sqlite:{tmp_path / 'a-file' / 'store.sqlite3'}", level="info")
+    assert done.returncode == 1
+    (said,) = [line for line in done.stderr.splitlines() if not line.startswith("INFO:")]
+    assert said.startswith("harmony-responses serve: the store cannot be used: ") and "a-file" in said, said
+    assert said.endswith("check --store (and --data-dir), or see --log-level debug")
 
 
 def test_serve_rejects_bad_engine_specs() -> None:

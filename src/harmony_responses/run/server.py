@@ -134,7 +134,8 @@ class Server:
                     await engine.aclose()
             if isinstance(failed, EngineError):
                 self.startup_error = failed
-                logger.error("the engine cannot serve: %s", failed)
+                # The command line says it in one line (serve/cli.py); the traceback is for --log-level debug.
+                logger.debug("the engine cannot serve: %s", failed, exc_info=failed)
             raise failed
         for engine in engines:
             self._prompting[id(engine)] = self._bound_context(engine)
@@ -149,7 +150,7 @@ class Server:
                 self.sealer.use_secret(secret)
         except StoreError as exc:
             self.startup_error = exc
-            logger.error("the store cannot be used: %s", exc)
+            logger.debug("the store cannot be used: %s", exc, exc_info=exc)
             for engine in engines:
                 await engine.aclose()
             raise

@@ -21,10 +21,11 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from ..engine import EngineUnavailable
 from ..http.connection import ApiWebSocketProtocol, answering, api_http_protocol
 from ..logs import configure as configure_logs
 from ..logs import logging_config
-from ..store import describe_store
+from ..store import StoreError, describe_store
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_MAX_BODY_BYTES, DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
 from .app import create_app, web_search_from_config
@@ -317,6 +318,10 @@ def run_server(
         app_server=app.state.server,
         supervisor=supervisor,
     )
+    quiet = _QuietFailedStart(app.state.server)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if config.log_level != "debug":
+        uvicorn_log.addFilter(quiet)
     try:
         server.run(sockets=sockets)
     except KeyboardInterrupt:
@@ -325,6 +330,34 @@ def run_server(
         # uvicorn exits (status 3) when the lifespan fails; a failed engine check gets its own last word.
         if app.state.server.startup_error is None:
             raise
+    finally:
+        uvicorn_log.removeFilter(quiet)
     if app.state.server.startup_error is not None:
-        return 1, f"the engine cannot serve: {app.state.server.startup_error}"
+        return 1, startup_failure(app.state.server.startup_error)
     return (0 if server.started else 1), None
+
+
+def startup_failure(error: Exception) -> str:
+    """The one line a server that could not start ends with: what was tried, what failed, what to do."""
+    if isinstance(error, StoreError):
+        return f"the store cannot be used: {error}; check --store (and --data-dir), or see --log-level debug"
+    hint = ""
+    if isinstance(error, EngineUnavailable):
+        hint = "; start the engine or correct --engine (without --engine the server uses its echo stand-in)"
+    return f"the engine cannot serve: {error}{hint}"
+
+
+class _QuietFailedStart(logging.Filter):
+    """Drops uvicorn's lifespan traceback and its "Application startup failed" when the server's start failed in
+    a way it says in one line itself (``startup_failure``); an unexpected failure keeps its traceback, and
+    ``--log-level debug`` shows every one (this filter is not installed then)."""
+
+    def __init__(self, server: Any) -> None:
+        super().__init__()
+        self._server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._server.startup_error is None:
+            return True
+        message = record.getMessage()
+        return not (message.startswith("Traceback") or message == "Application startup failed. Exiting.")
