@@ -319,7 +319,7 @@ def test_ReplayEngine_aclose_mid_stream_is_prompt(tmp_path: Path) -> None:
             await anext(stream)
         return time.monotonic() - started
 
-    assert asyncio.run(main()) < 0.5
+    assert asyncio.run(main()) < 5  # not the 10 s delay (a loaded machine may take a while, not that)
 
 
 def test_ReplayEngine_task_cancel_during_delay_is_prompt(tmp_path: Path) -> None:
@@ -344,7 +344,7 @@ def test_ReplayEngine_task_cancel_during_delay_is_prompt(tmp_path: Path) -> None
 
     received, elapsed = asyncio.run(main())
     assert received == [TokenChunk(token_ids=[1])]
-    assert elapsed < 0.5
+    assert elapsed < 5  # not the 10 s delay
 
 
 def test_ReplayEngine_delay_between_chunks(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ other responses' logs. Now the others commit at once and only the owner is told.
 from __future__ import annotations
 
 import asyncio
-import time
+import logging
 from collections.abc import Callable, Sequence
+
+import pytest
 
 from harmony_responses.store import AppendEvents, InsertResponse, Op, Writer, store_from_spec
 from state.test_store_writes import record
@@ -37,7 +39,7 @@ class Source:
         self.failed = error
 
 
-def test_a_bad_write_fails_only_its_owner(store_spec: str) -> None:
+def test_a_bad_write_fails_only_its_owner(store_spec: str, caplog: pytest.LogCaptureFixture) -> None:
     async def run() -> None:
         store = store_from_spec(store_spec)
         await store.open()
@@ -56,15 +58,15 @@ def test_a_bad_write_fails_only_its_owner(store_spec: str) -> None:
                 [AppendEvents(response_id="resp_b", first_seq=0, data=[b'{"m":0}'])],
                 lambda: anonymous_done.set_result(None),
             )
-            started = time.monotonic()
-            await writer.flush()
-            elapsed = time.monotonic() - started
+            with caplog.at_level(logging.WARNING, logger="harmony_responses.store"):
+                await writer.flush()
 
             assert await store.read_events("resp_a", after=-1, limit=10) == [(0, b'{"n":0}'), (1, b'{"n":1}')]
             assert await store.read_events("resp_b", after=-1, limit=10) == [(0, b'{"m":0}')]
             assert anonymous_done.done() and good.committed == 1 and bad.committed == 1  # nobody hangs
             assert bad.failed is not None and good.failed is None
-            assert elapsed < 2.0, f"the good writes waited {elapsed:.1f}s for the bad one's retries"
+            # The good writes did not wait out the bad one's retries (RETRY_DELAYS: ~8 s): none was retried.
+            assert not [r for r in caplog.records if "retrying" in r.getMessage()], caplog.text
 
             # The failed owner's later writes are dropped; the others go on.
             bad.pending = [AppendEvents(response_id="resp_b", first_seq=1, data=[b'{"m":1}'])]

@@ -79,6 +79,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         engine_stall_timeout=args.engine_stall_timeout,
         engine_max_connections=args.engine_max_connections,
         engine_start_wait=args.engine_start_wait,
+        engine_priority=args.engine_priority,
         record=args.record,
         api_keys=tuple(args.api_keys or env_list(BY_NAME["api_keys"]) or ()),
         keys=tuple(getattr(args, "keys", ())),  # the config file's [[keys]] (config_file.py)
