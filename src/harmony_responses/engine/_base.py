@@ -142,6 +142,8 @@ class GenerateRequest:
         response_schema: the ``text.format`` JSON schema, for engines that constrain the final channel.
         tool_grammars: the declared custom tools' grammars, for engines that constrain a call's input.
         request_id: for the engine's logs and abort endpoints.
+        priority: the response's service tier as a rank, lower first (-1 ``priority``, 0 ``default``, 1
+            ``flex``): engines with priority scheduling get it when ``EngineOptions.priority`` says so.
         affinity: what ties this call to earlier ones, most specific first (``response:ID`` of the previous
             response, ``conversation:ID``, ``prompt_cache_key:KEY``): an engine with several replicas sends
             it where those went, so that the replica's prefix cache holds the prompt's start
@@ -161,6 +163,7 @@ class GenerateRequest:
     tool_grammars: tuple[ToolGrammar, ...] = ()
     request_id: str | None = None
     affinity: tuple[str, ...] = ()
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and self.max_tokens < 0:

@@ -27,6 +27,9 @@ class EngineOptions:
         start_wait: seconds the start-up check keeps retrying an engine that cannot be reached yet
             (0: one try), for servers started alongside their engine.
         record: a file that every engine call is appended to, in the replay engine's format.
+        priority: send each call's ``GenerateRequest.priority`` (its service tier) as the engine's own
+            ``priority`` field, for an engine started with priority scheduling (vLLM's ``--scheduling-policy
+            priority``, SGLang's ``--enable-priority-scheduling``); a ``default`` tier call sends none.
     """
 
     url: str | None = None
@@ -38,6 +41,7 @@ class EngineOptions:
     max_connections: int = 256
     start_wait: float = 0.0
     record: str | None = None
+    priority: bool = False
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "first_token_timeout", "stall_timeout"):

@@ -170,6 +170,9 @@ class SGLangEngine(HTTPEngine):
                 logprob_start_len=-1,
                 return_text_in_logprobs=False,
             )
+        if request.priority and self.options.priority:
+            # SGLang's: higher first by default (unless started with --schedule-low-priority-values-first).
+            body["priority"] = -request.priority
         return body
 
     async def check(self) -> None:

@@ -186,6 +186,8 @@ class VLLMEngine(HTTPEngine):
                 body["return_tokens_as_token_ids"] = True
         if self.model is not None:
             body["model"] = self.model
+        if request.priority and self.options.priority:
+            body["priority"] = request.priority  # vLLM's: lower first, 0 by default (GenerateRequest's own scale)
         return body
 
     async def check(self) -> None:

@@ -44,6 +44,9 @@ __all__ = ["Prompting", "build_compact", "build_run", "count_input_tokens", "ren
 
 logger = logging.getLogger("harmony_responses.run")
 
+# GenerateRequest.priority of each tier a response runs in (lower first).
+TIER_PRIORITY = {"priority": -1, "default": 0, "flex": 1}
+
 # Requests up to this size (JSON bytes, conversation included) are rendered on the event loop: a few
 # hundred microseconds at most, less than handing them to a worker thread costs, and most of their
 # messages come from the render cache anyway (render/_cache.py).
@@ -443,6 +446,7 @@ async def build_run(
             tool_grammars=_tool_grammars(model_request),
             request_id=response_id,
             affinity=affinity_keys(request),
+            priority=TIER_PRIORITY.get(request.body.get("service_tier"), 0),  # the tier used (http/quotas.py)
         )
 
     translator = response_translator(

@@ -32,7 +32,7 @@ class Config:
         model_engines: ``(model name, engine spec)`` pairs (``--engine NAME=SPEC``); a name given several
             times is served by all of its engines as replicas (``engine.ReplicaSet``).
         engine_url, engine_model, engine_api_key, engine_connect_timeout, engine_first_token_timeout,
-        engine_stall_timeout, engine_max_connections, engine_start_wait, record: the engine's
+        engine_stall_timeout, engine_max_connections, engine_start_wait, engine_priority, record: the engine's
             ``EngineOptions`` (``engine/_options.py`` says what each means).
         api_keys: accepted bearer tokens; empty means no authentication.
         keys: the config file's ``[[keys]]``: more accepted keys, each with its limits and tiers (``quotas``).
@@ -88,6 +88,7 @@ class Config:
     engine_stall_timeout: float = EngineOptions.stall_timeout
     engine_max_connections: int = EngineOptions.max_connections
     engine_start_wait: float = EngineOptions.start_wait
+    engine_priority: bool = EngineOptions.priority
     record: str | None = None
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     keys: tuple[KeyLimits, ...] = ()
@@ -167,5 +168,6 @@ class Config:
             stall_timeout=self.engine_stall_timeout,
             max_connections=self.engine_max_connections,
             start_wait=self.engine_start_wait,
+            priority=self.engine_priority,
             record=self.record,
         )

@@ -338,6 +338,13 @@ OPTIONS: tuple[Option, ...] = (
         help="keep retrying an unreachable engine at start for this long (0: fail at once)",
     ),
     Option(
+        flag="--engine-priority",
+        group="engines",
+        switch=True,
+        help="send a response's service_tier to vLLM and SGLang as their 'priority' field (flex after default "
+        "after priority); start vLLM with --scheduling-policy priority, SGLang with --enable-priority-scheduling",
+    ),
+    Option(
         flag="--record",
         group="engines",
         metavar="PATH",
