@@ -255,3 +255,21 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)
     return parser.parse_args(argv)
+
+
+def test_the_guides_keys_example_is_read_as_serve_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from guide import blocks
+
+    [example] = [text for _, text, mark in blocks("production/operating.md") if mark == "quotas"]
+    monkeypatch.setenv("TEAM_A_KEY", "sk-team-a")
+    path = tmp_path / "serve.toml"
+    path.write_text(example)
+    (limits,) = config_from_args(_parse(["--config", str(path)])).keys
+    assert (limits.key, limits.name, limits.requests_per_minute, limits.tokens_per_minute) == (
+        "sk-team-a",
+        "team-a",
+        600,
+        2_000_000,
+    )
+    assert (limits.max_concurrent, limits.max_concurrent_background) == (32, 8)
+    assert limits.service_tiers == ("default", "flex")
