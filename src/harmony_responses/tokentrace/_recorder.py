@@ -273,7 +273,7 @@ class Recorder:
             "prompt": self.prompt,
             "engine_calls": self.calls,
             "tokens": self.tokens,
-            "events": _jsonable(self.events),
+            "events": self.events,  # JSON already: the events as sent
             "tools": self.tools,
             "recoveries": self.recoveries,
             "truncated": self.truncated,
