@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+from websockets.sync.client import connect
 
 from api.helpers import MODEL, openai_client, post, sse_events
 from engine.fakes import Scenario, VLLMFake, harmony
@@ -189,3 +190,21 @@ def test_a_json_answer_is_traced_as_a_stream_is(servers: Servers, docs: Path) ->
     trace = trace_json(live, answer.json()["id"]).json()
     assert trace["events"][-1]["event"]["response"] == answer.json()  # the end of what it would have streamed
     assert [r["rule"] for r in trace["recoveries"]] == ["text_before_channel"] and len(trace["tools"]) == 1
+
+
+def test_websocket_mode_asks_for_traces_with_the_handshake_header(servers: Servers) -> None:
+    live = servers.start([ANSWER, ANSWER], trace_header=True)
+    url = live.base_url.replace("http://", "ws://") + "/responses"
+
+    def one(headers: dict[str, str]) -> list[dict]:
+        with connect(url, additional_headers=headers) as socket:
+            socket.send(orjson.dumps({"type": "response.create", "model": MODEL, "input": "Hi"}).decode())
+            events = []
+            while not events or events[-1]["type"] != "response.completed":
+                events.append(orjson.loads(socket.recv(timeout=20)))
+        return events
+
+    asked = one({"x-harmony-trace": "1"})
+    trace = trace_json(live, asked[-1]["response"]["id"])
+    assert trace.status_code == 200 and [e["event"] for e in trace.json()["events"]] == asked
+    assert trace_json(live, one({})[-1]["response"]["id"]).status_code == 404

@@ -50,6 +50,9 @@ from ..quotas import CURRENT
 from ..request import History, read_request
 from ..run import ResponseRun, Server, StoredRun
 from ..run.turns import Turns, starting, tier_rank
+from ..tokentrace import HEADER as TRACE_HEADER
+from ..tokentrace import REQUESTED as TRACE_REQUESTED
+from ..tokentrace import requested as trace_requested
 from .auth import owner_of
 from .connection import DRAIN_EXTENSION
 from .errors import error_response, to_api_error
@@ -290,6 +293,8 @@ class _Connection:
                         await self._send(event, stream_id)
                     self.history.remember(events[-1]["response"]["id"], list(prepared.model_request["input"]))
                     return
+                if TRACE_HEADER in self.websocket.headers:  # the handshake's x-harmony-trace (--trace-header)
+                    TRACE_REQUESTED.set(trace_requested(self.websocket.headers[TRACE_HEADER]))
                 outcome = await self.server.create_response(prepared)
             except Exception as exc:
                 await self._send_error(to_api_error(exc), stream_id)
