@@ -675,7 +675,9 @@ class HTTPEngine(Engine):
                         may_run = True
                         while True:
                             constrained = self.constrains(reader)
-                            response = await streams.post(url, orjson.dumps(self.body(reader)))
+                            response = await streams.post(
+                                url, orjson.dumps(self.body(reader)), rank=reader.request.priority + 1
+                            )
                             if response.status < 400:
                                 break
                             error = refused(label, response.status, await _read_bounded(response))

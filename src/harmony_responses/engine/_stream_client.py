@@ -11,10 +11,10 @@ hundred microseconds do not matter and its generality does.
 What it does, and no more: HTTP/1.1 over TCP (TLS for ``https://`` URLs), one request at a time per
 connection, bodies framed by ``Content-Length``, chunked or by the connection's end; idle connections
 kept ``KEEPALIVE`` seconds and at most ``max_connections`` open (the wait for a free one bounded, like
-connecting, by the connect timeout); no redirects, cookies, proxies or compression (none is asked for). A
-pooled connection the engine closed while the request was being sent (its keep-alive ran out) is
-replaced once, before any of the answer has come. Failures are the ``EngineError``s ``map_errors`` gives
-aiohttp's, with the same words.
+connecting, by the connect timeout, and served by service tier, then arrival: the queue for a replica);
+no redirects, cookies, proxies or compression (none is asked for). A pooled connection the engine closed
+while the request was being sent (its keep-alive ran out) is replaced once, before any of the answer has
+come. Failures are the ``EngineError``s ``map_errors`` gives aiohttp's, with the same words.
 
 Flow control: an answer's unread body is bounded (``HIGH_WATER``): past it the connection is not read
 until the consumer has taken what came (TCP then slows the engine). ``transport_now`` is what the
@@ -64,6 +64,10 @@ class _Target:
         self.head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
 
+# How many ranks of waiting requests (the service tiers: priority, default, flex).
+RANKS = 3
+
+
 class StreamClient:
     """One engine's pool of connections (``label`` names the engine in errors)."""
 
@@ -75,17 +79,20 @@ class StreamClient:
         self._targets: dict[str, _Target] = {}
         self._idle: deque[_Connection] = deque()
         self._open = 0  # connections open or opening
-        self._waiters: deque[asyncio.Future[None]] = deque()  # requests waiting for a connection
+        # Requests waiting for a connection, one queue per rank (``post``'s), the lowest rank's served first.
+        self._waiters: tuple[deque[asyncio.Future[None]], ...] = tuple(deque() for _ in range(RANKS))
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def post(self, url: str, body: bytes) -> Answer:
-        """Send ``body`` (JSON) and wait for the answer's status line and headers."""
+    async def post(self, url: str, body: bytes, *, rank: int = 1) -> Answer:
+        """Send ``body`` (JSON) and wait for the answer's status line and headers; while every connection is
+        busy, requests of a lower ``rank`` (0 to ``RANKS - 1``: the service tier) get the next one first."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # Connections belong to the loop that opened them (a closed one's are dead): start afresh.
             self._idle.clear()
-            self._waiters.clear()
+            for queue in self._waiters:
+                queue.clear()
             self._open = 0
             self._loop = loop
         target = self._targets.get(url)
@@ -93,7 +100,7 @@ class StreamClient:
             target = self._targets[url] = _Target(self.label, url, self._headers)
         request = target.head + b"%d\r\n\r\n" % len(body) + body
         for attempt in (1, 2):
-            connection = await self._connection(target, fresh=attempt == 2)
+            connection = await self._connection(target, fresh=attempt == 2, rank=rank)
             answer = Answer(connection)
             try:
                 connection.send(request, answer)
@@ -106,7 +113,7 @@ class StreamClient:
             return answer
         raise AssertionError("unreachable: a new connection is never stale")
 
-    async def _connection(self, target: _Target, fresh: bool) -> _Connection:
+    async def _connection(self, target: _Target, fresh: bool, rank: int = 1) -> _Connection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout
         while True:
@@ -119,7 +126,8 @@ class StreamClient:
             if self._open < self.max_connections:
                 break
             waiter = loop.create_future()
-            self._waiters.append(waiter)
+            queue = self._waiters[min(max(rank, 0), RANKS - 1)]
+            queue.append(waiter)
             try:
                 async with asyncio.timeout_at(deadline):
                     await waiter
@@ -130,8 +138,8 @@ class StreamClient:
                     raise self._unavailable(NO_CONNECTION) from None
                 raise
             finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                if waiter in queue:
+                    queue.remove(waiter)
         self._open += 1
         made: list[_Connection] = []
 
@@ -186,11 +194,12 @@ class StreamClient:
         self._wake()
 
     def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        for queue in self._waiters:
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
 
     async def aclose(self) -> None:
         self._closed = True

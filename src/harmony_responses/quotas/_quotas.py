@@ -58,6 +58,17 @@ def _wait(level: float, limit: int) -> float:
     return max(0.0, (1 - level) * 60.0 / limit)
 
 
+# Tasks nothing else holds (a slot's release, a background response's settling) until they are done: the
+# event loop keeps only weak references to its tasks.
+_TASKS: set[asyncio.Task[Any]] = set()
+
+
+def _keep(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+    return task
+
+
 class QuotaExceeded(APIError):
     """429 in the API's shape, with ``retry-after`` (and ``-ms``, which the openai SDKs read first)."""
 
@@ -219,7 +230,7 @@ class Grant:
         request."""
         slot, self._slot = self._slot, None
         self._background = True
-        task.add_done_callback(lambda _: asyncio.get_running_loop().create_task(self._ended(slot)))
+        task.add_done_callback(lambda _: _keep(asyncio.get_running_loop().create_task(self._ended(slot))))
 
     async def _ended(self, slot: str | None) -> None:
         if slot is not None:
@@ -254,10 +265,11 @@ class Grant:
             self._flushing = None
 
     async def close(self) -> None:
-        """The request is over: its slot (unless held by a background run) goes back, its tokens are taken."""
+        """The request is over: its slot (unless held by a background run) goes back, its tokens are taken.
+        Shielded: a request cancelled (its client gone) still gives its slot back."""
         slot, self._slot = self._slot, None
         if slot is not None:
-            await self._release(slot)
+            await asyncio.shield(_keep(asyncio.get_running_loop().create_task(self._release(slot))))
         if self._pending and self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
         if self._flushing is not None:
