@@ -118,13 +118,16 @@ def test_tokens_are_taken_as_they_are_produced_and_then_refuse(serve: Serve) -> 
     seen = 300
     while not done.is_set():
         seen = int(httpx.get(f"{live.base_url}/models", headers=_auth(key)).headers["x-ratelimit-remaining-tokens"])
-        if seen < 300 - 64:
+        if seen < 300 - 64:  # more than a chunk's worth taken, mid-stream
             break
     assert not done.is_set() and seen < 300 - 64
     assert done.wait(60)
     usage = sse_events(result["body"])[-1]["response"]["usage"]
     assert usage["input_tokens"] + usage["output_tokens"] > 300  # it overdrew the minute by its own size
-    # Settled to its usage: nothing left, so the next response is refused on tokens.
+    # Settled to its usage: nothing left (once this process has taken what it holds, TAKE_EVERY at most), so
+    # the next response is refused on tokens.
+    while httpx.get(f"{live.base_url}/models", headers=_auth(key)).headers["x-ratelimit-remaining-tokens"] != "0":
+        pass
     refused = post(live, {"model": MODEL, "input": "hi"}, headers=_auth(key))
     assert refused.status_code == 429, refused.text
     assert refused.json()["error"]["type"] == "tokens"

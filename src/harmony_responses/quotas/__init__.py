@@ -14,12 +14,12 @@ from pathlib import Path
 
 from ._counters import DB_FILE, SLOT_TTL, Counters, Levels, PostgresCounters, SQLiteCounters
 from ._limits import TIERS, KeyLimits, key_id, parse_keys, requestable_tiers
-from ._quotas import CURRENT, FLUSH_TOKENS, Grant, QuotaExceeded, Quotas, duration, resolve_tier
+from ._quotas import CURRENT, TAKE_EVERY, Grant, QuotaExceeded, Quotas, duration, resolve_tier
 
 __all__ = [
     "CURRENT",
-    "FLUSH_TOKENS",
     "SLOT_TTL",
+    "TAKE_EVERY",
     "TIERS",
     "Counters",
     "Grant",

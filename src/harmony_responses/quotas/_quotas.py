@@ -8,10 +8,11 @@ ends), and its tokens are taken as the engine produces them (``Grant.tokens``, f
 through ``metrics.TOKEN_SINK``), reconciled to its usage (input + output) when it ends.
 
 Precision, across processes and gateways: admissions and slots are exact (one transaction each, in the
-shared database). Tokens are taken in lots of ``FLUSH_TOKENS`` (and when a response ends), so each running
-response may have produced up to ``FLUSH_TOKENS`` tokens the others do not see yet, and its prompt is taken
-when it ends; a response admitted on the last token may overdraw the minute by its own size, never more,
-and the overdraft is paid back before the next admission (the level must be back above 1).
+shared database). Tokens are taken ``TAKE_EVERY`` seconds after they are produced, for every running
+response of a key in one transaction, so a process's last ``TAKE_EVERY`` of a key's tokens are not seen by
+the others yet, and a response's prompt is taken when it ends; a response admitted on the last token may
+overdraw the minute by its own size, never more, and the overdraft is paid back before the next admission
+(the level must be back above 1).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from ..metrics import QUOTA_REJECTIONS
 from ._counters import SLOT_TTL, Counters, Levels
 from ._limits import ASKED, KeyLimits, key_id
 
-__all__ = ["CURRENT", "FLUSH_TOKENS", "Grant", "Quotas", "resolve_tier"]
+__all__ = ["CURRENT", "TAKE_EVERY", "Grant", "Quotas", "resolve_tier"]
 
 logger = logging.getLogger("harmony_responses.quotas")
 
-FLUSH_TOKENS = 64
+# How long a process keeps the tokens its responses produce before it takes them from their key's bucket
+# (one transaction per key for all of them).
+TAKE_EVERY = 0.1
 # The request's grant (HTTP: set by http/quotas.py around the request; WebSocket: per response.create).
 CURRENT: contextvars.ContextVar[Grant | None] = contextvars.ContextVar("harmony_responses_quota", default=None)
 
@@ -111,12 +114,39 @@ class Quotas:
         self.counters = counters
         self.holder = random_id("qp")  # this process's slots
         self._renewing: asyncio.Task[None] | None = None
+        self._tokens: dict[str, int] = {}  # per key: tokens produced here, not yet taken from its bucket
+        self._taking: dict[str, asyncio.Task[None]] = {}  # per key: the task that takes them
 
     async def open(self) -> None:
         await self.counters.open()
         self._renewing = asyncio.get_running_loop().create_task(self._renew(), name="quota-slots")
 
+    def take(self, limits: KeyLimits, count: int) -> None:
+        """Take ``count`` tokens from ``limits``'s bucket soon: within ``TAKE_EVERY`` seconds, in one
+        transaction for every response of the key running in this process."""
+        key = limits.id
+        self._tokens[key] = self._tokens.get(key, 0) + count
+        if key not in self._taking:
+            self._taking[key] = _keep(asyncio.get_running_loop().create_task(self._take(limits)))
+
+    async def _take(self, limits: KeyLimits) -> None:
+        key, tpm = limits.id, limits.tokens_per_minute
+        assert tpm is not None
+        try:
+            await asyncio.sleep(TAKE_EVERY)
+            while count := self._tokens.pop(key, 0):
+                await self.counters.charge(key, tpm, count)
+        except Exception:
+            logger.exception("quota tokens not taken (key %s)", limits.name)
+        finally:
+            self._taking.pop(key, None)
+
     async def aclose(self) -> None:
+        for limits in [self.keys[key] for key in self._taking]:  # what is waiting is taken now
+            count = self._tokens.pop(limits.id, 0)
+            if count and limits.tokens_per_minute is not None:
+                with contextlib.suppress(Exception):
+                    await self.counters.charge(limits.id, limits.tokens_per_minute, count)
         if self._renewing is not None:
             self._renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -178,9 +208,6 @@ class Grant:
         self.limits = limits
         self.levels = levels
         self._slot: str | None = None
-        self._pending = 0
-        self._flushing: asyncio.Task[None] | None = None
-        self._background = False  # the response runs on after the request (hold_until)
 
     def headers(self) -> Sequence[tuple[str, str]]:
         """OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` for the levels at admission."""
@@ -229,14 +256,8 @@ class Grant:
         """The response runs on in ``task`` (a background one): its slot is freed when that ends, not with the
         request."""
         slot, self._slot = self._slot, None
-        self._background = True
-        task.add_done_callback(lambda _: _keep(asyncio.get_running_loop().create_task(self._ended(slot))))
-
-    async def _ended(self, slot: str | None) -> None:
         if slot is not None:
-            await self._release(slot)
-        if self._pending and self._flushing is None:
-            await self._flush()
+            task.add_done_callback(lambda _: _keep(asyncio.get_running_loop().create_task(self._release(slot))))
 
     async def _release(self, slot: str) -> None:
         try:
@@ -245,32 +266,13 @@ class Grant:
             logger.exception("quota slot not released (it expires by itself in %g s)", SLOT_TTL)
 
     def tokens(self, count: int) -> None:
-        """``count`` tokens produced (or, negative, given back when usage is settled): taken in lots."""
-        if self.limits.tokens_per_minute is None or not count:
-            return
-        self._pending += count
-        if abs(self._pending) >= FLUSH_TOKENS and self._flushing is None:
-            self._flushing = asyncio.get_running_loop().create_task(self._flush())
-
-    async def _flush(self) -> None:
-        tpm = self.limits.tokens_per_minute
-        assert tpm is not None
-        try:
-            while self._pending:
-                count, self._pending = self._pending, 0
-                await self.quotas.counters.charge(self.limits.id, tpm, count)
-        except Exception:
-            logger.exception("quota tokens not charged")
-        finally:
-            self._flushing = None
+        """``count`` tokens produced (or, negative, given back when usage is settled): see ``Quotas.take``."""
+        if self.limits.tokens_per_minute is not None and count:
+            self.quotas.take(self.limits, count)
 
     async def close(self) -> None:
-        """The request is over: its slot (unless held by a background run) goes back, its tokens are taken.
-        Shielded: a request cancelled (its client gone) still gives its slot back."""
+        """The request is over: its slot (unless held by a background run) goes back. Shielded: a request
+        cancelled (its client gone) still gives its slot back."""
         slot, self._slot = self._slot, None
         if slot is not None:
             await asyncio.shield(_keep(asyncio.get_running_loop().create_task(self._release(slot))))
-        if self._pending and self._flushing is None:
-            self._flushing = asyncio.get_running_loop().create_task(self._flush())
-        if self._flushing is not None:
-            await asyncio.shield(self._flushing)
