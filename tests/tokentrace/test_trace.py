@@ -208,3 +208,22 @@ def test_websocket_mode_asks_for_traces_with_the_handshake_header(servers: Serve
     trace = trace_json(live, asked[-1]["response"]["id"])
     assert trace.status_code == 200 and [e["event"] for e in trace.json()["events"]] == asked
     assert trace_json(live, one({})[-1]["response"]["id"]).status_code == 404
+
+
+def test_a_forced_calls_prefilled_header_is_traced_token_by_token(servers: Servers) -> None:
+    live = servers.start(['{"city": "Paris"}<|call|>'], trace=True)
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    body = {**BODY, "tools": [weather], "tool_choice": {"type": "function", "name": "get_weather"}}
+    sent = sse_events(post(live, body).content)
+    trace = trace_json(live, sent[-1]["response"]["id"]).json()
+    assert [e["event"] for e in trace["events"]] == sent
+    prefilled = [t for t in trace["tokens"] if t.get("prefill")]
+    assert [[t["id"], t["text"]] for t in prefilled] == trace["prompt"]["prefill"]
+    assert (
+        "".join(t["text"] for t in prefilled)
+        == "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    )
+    added = next(e for e in trace["events"] if e["event"]["type"] == "response.output_item.added")
+    assert added["token"] == prefilled[-1]["i"]  # the prompt's <|message|> opened the call's item
+    generated = [t for t in trace["tokens"] if not t.get("prefill")]
+    assert len(generated) == sent[-1]["response"]["usage"]["output_tokens"] == trace["engine_calls"][0]["tokens"]

@@ -273,7 +273,8 @@ class ResponseRun:
                 return
         assert self._first is not None or t.pending_tool_call is not None, "start() first"
         item, self._first = self._first, None
-        yield self._finish(t.events())  # response.created, response.in_progress, prefilled items
+        # response.created, response.in_progress, prefilled items (a traced run: the prefill token by token)
+        yield self._finish(t.events() if self.trace is None else self.trace.feed_buffered(t))
         while True:
             if item is not None:
                 async for events in self._pump(item):

@@ -164,6 +164,21 @@ class Recorder:
             events += caused
         return events
 
+    def feed_buffered(self, translator: Any) -> list[Event]:
+        """The translator's first events: those it made already (lifecycle, prelude items; no token's), then its
+        buffered prefill (a forced call's header) one token at a time, each token's state and events noted.
+        Returns them all, as ``translator.events()`` would."""
+        events = translator.taken()
+        while True:
+            self.before_token()
+            token = translator.step_buffered()
+            if token is None:
+                self._current = None
+                return events + translator.events()  # (nothing is left to process: the same as taking them)
+            caused = translator.taken()
+            self.token(token, None, translator.trace_state(), caused, prefill=True)
+            events += caused
+
     def before_token(self) -> None:
         """The next token is about to be processed (recoveries from now on are about it)."""
         self._current = len(self.tokens) + self._dropped["tokens"]
@@ -174,14 +189,17 @@ class Recorder:
         logprob: Any,
         state: tuple[str, str | None, str | None, str | None],
         events: Sequence[Event],
+        *,
+        prefill: bool = False,
     ) -> None:
-        """One generated token was processed: ``state`` after it (``Translator.trace_state``), its events."""
+        """One token was processed: ``state`` after it (``Translator.trace_state``), its events; ``prefill``: the
+        prompt wrote it after ``<|start|>assistant`` (a forced call's header), the engine did not generate it."""
         index = self._current if self._current is not None else len(self.tokens) + self._dropped["tokens"]
         self._current = None
         seqs = [e["sequence_number"] for e in events]
         for seq in seqs:
             self._seq_token[seq] = index
-        if self.calls:
+        if self.calls and not prefill:
             self.calls[-1]["tokens"] += 1
         text = self._token_text(token)
         record: dict[str, Any] = {
@@ -199,6 +217,8 @@ class Recorder:
         }
         if logprob is not None:
             record["logprob"] = getattr(logprob, "logprob", logprob)
+        if prefill:
+            record["prefill"] = True
         if self._fits(len(text) + len(state[1] or "") + _TOKEN_OVERHEAD + 8 * len(seqs), "tokens"):
             self.tokens.append(record)
         for rule, detail in self._pending_recoveries:

@@ -441,6 +441,21 @@ class Translator:
         self._events.clear()
         return out
 
+    def step_buffered(self) -> int | None:
+        """Process only the oldest buffered token (a trace takes a prefill so, token by token): returns it, or
+        None when no token is buffered. Its events join those not yet taken; ``taken()`` returns them."""
+        if not self._pending:
+            return None
+        token, lp, generated = self._pending.popleft()
+        self._step(token, lp, generated)
+        return token
+
+    def taken(self) -> list[Event]:
+        """The events produced so far, without processing what is buffered (``step_buffered``)."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
     @property
     def buffered(self) -> bool:
         """Tokens (or the end) have been received that ``events()`` has not processed yet."""

@@ -105,11 +105,13 @@
   let callShown = -1;
   const toolsByItem = new Map(tools.map((t) => [t.item, t]));
   tokens.forEach((t) => {
-    if (t.call !== callShown) {
-      callShown = t.call;
-      box.appendChild(el("span", { class: "marker" }, `engine call ${t.call + 1}`));
+    const group = t.prefill ? "prefill" : t.call;
+    if (group !== callShown) {
+      callShown = group;
+      box.appendChild(el("span", { class: "marker" }, t.prefill ? "prefilled by the prompt" : `engine call ${t.call + 1}`));
     }
     const cls = ["tok", channelClass(t.channel), "st-" + t.state];
+    if (t.prefill) cls.push("prefill");
     if (isSpecial(t.text)) cls.push("special");
     if (t.events.length) cls.push("caused");
     if (recovered.has(t.i)) cls.push("recovered");
@@ -171,7 +173,8 @@
     const rec = recoveries.filter((r) => r.tokens.includes(i));
     detail([
       ["token", `#${t.i} (id ${t.id})`], ["text", JSON.stringify(t.text)], ["logprob", t.logprob],
-      ["arrived", ms(t.t)], ["engine call", t.call + 1], ["chunk", t.chunk], ["state after", t.state],
+      ["arrived", t.prefill ? "prefilled by the prompt" : ms(t.t)], ["engine call", t.call + 1],
+      ["chunk", t.prefill ? null : t.chunk], ["state after", t.state],
       ["header read", t.header], ["channel", t.channel], ["item", t.item],
       ["events", seqs.length ? seqs.map((s) => `${s} ${eventType(s)}`).join(", ") : "none"],
       ["recovery", rec.map((r) => r.rule).join(", ") || null],
