@@ -119,14 +119,18 @@ class EngineMismatch(EngineError):
 
 @dataclass(frozen=True, slots=True)
 class ToolGrammar:
-    """A declared custom tool's input grammar: ``functions.{name}``'s ``input`` must match it.
+    """A declared tool whose call the engine holds to a grammar: ``{namespace}.{name}``'s arguments.
 
-    ``syntax`` is the tool's ``format.syntax`` (``"lark"`` or ``"regex"``), ``definition`` its grammar.
+    ``syntax`` is a custom tool's ``format.syntax`` (``"lark"`` or ``"regex"``: its ``input`` must match
+    ``definition``), or ``"json_schema"`` for a strict function (``definition`` is its parameters' JSON
+    text: the arguments must match it). ``namespace`` is where the prompt declares it (``functions``, a
+    namespace tool's name).
     """
 
     name: str
     syntax: str
     definition: str
+    namespace: str = "functions"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +144,8 @@ class GenerateRequest:
         top_logprobs: None for no logprobs; 0..20 for per-token logprobs with that many alternatives.
         stop_token_ids: ids the engine stops on; the stop id is included in the output.
         response_schema: the ``text.format`` JSON schema, for engines that constrain the final channel.
-        tool_grammars: the declared custom tools' grammars, for engines that constrain a call's input.
+        tool_grammars: the grammars of the declared custom tools and strict functions, for engines that
+            constrain a call's input.
         request_id: for the engine's logs and abort endpoints.
         priority: the response's service tier as a rank, lower first (-1 ``priority``, 0 ``default``, 1
             ``flex``): engines with priority scheduling get it when ``EngineOptions.priority`` says so.

@@ -1,13 +1,15 @@
-"""What an engine is sent to constrain a generation: the final answer's schema, custom tools' input grammars.
+"""What an engine is sent to constrain a generation: the final answer's schema, tools' argument grammars.
 
 Only parts of a completion are constrained, never the Harmony headers, the analysis or other tools' calls:
 
 - the ``text.format`` JSON schema from the final channel's header on (engines.md §2.1);
 - a custom tool's input (``ToolGrammar``) from the header of a call of that tool on: the model writes
   ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{"input": "…"}<|call|>`` (or the
-  recipient before the channel), and what follows ``<|message|>`` is held to ``_grammar.input_grammar``.
+  recipient before the channel), and what follows ``<|message|>`` is held to ``_grammar.input_grammar``;
+- a strict function's arguments (``syntax="json_schema"``, in ``functions`` or a namespace ``N``: the call
+  is ``to=N.NAME``) the same way, held to ``_schema_grammar.schema_grammar`` of its parameters.
 
-A call is recognised by ``to=functions.NAME`` followed by what may follow a recipient in a header (a
+A call is recognised by ``to=NAMESPACE.NAME`` followed by what may follow a recipient in a header (a
 space, ``<|channel|>``, ``<|constrain|>``, ``<|message|>``), so that a tool whose name begins another's is
 not mistaken for it. A prompt that ends inside an assistant header (a forced ``tool_choice``: render's
 prefill) has written part of that already: what is left is looked for, and a prefill that ends at
@@ -29,20 +31,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..vocab import load_vocabulary
-from ._base import GenerateRequest
-from ._grammar import input_grammar
+from ._base import GenerateRequest, ToolGrammar
+from ._grammar import UnsupportedGrammar, input_grammar
+from ._schema_grammar import schema_grammar
 
 __all__ = ["final_channel_tag", "lazy_grammar", "structural_tag"]
 
 _START = 200006
-_RECIPIENT = "to=functions."
 _AFTER_RECIPIENT = (" ", "<|channel|>", "<|constrain|>", "<|message|>")
 _MESSAGE = "<|message|>"
 # A recipient that the prompt's prefill has begun: " to=" or " to=functions." at its end.
 _PARTIAL_RECIPIENT = re.compile(r"(?:^|[ >])(to=[A-Za-z0-9_.\-]*)$")
 # llama-server reads a trigger's type as its enum's number (common_grammar_trigger_type): 2 is a regex.
 _PATTERN = 2
-_RECIPIENT_IN_HEADER = re.compile(r"to=functions\.([A-Za-z0-9_\-]+)")
+_RECIPIENT_IN_HEADER = re.compile(r"to=([A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+)")
 
 
 def final_channel_tag(schema: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +87,16 @@ def _prompt_tail(prompt_ids: list[int]) -> str:
     return ""
 
 
+def _tool_grammar(tool: ToolGrammar, prefix: str) -> str | None:
+    """The EBNF (rule ``{prefix}root``) of what a call of ``tool`` writes after ``<|message|>``, or None."""
+    if tool.syntax != "json_schema":
+        return input_grammar(tool.syntax, tool.definition, prefix)
+    try:
+        return schema_grammar(tool.definition, prefix)
+    except UnsupportedGrammar:
+        return None  # request validation refuses these schemas: only a non-strict one gets here
+
+
 def _calls(request: GenerateRequest, prefixed: bool) -> tuple[list[_Call], _Call | None]:
     """(the grammar tools' calls the generation may begin, the call it is inside of from its start)."""
     if not request.tool_grammars:
@@ -94,19 +106,19 @@ def _calls(request: GenerateRequest, prefixed: bool) -> tuple[list[_Call], _Call
         # The prompt ends inside a message body: a forced call of one tool, or no call at all.
         match = _RECIPIENT_IN_HEADER.search(tail)
         for tool in request.tool_grammars:
-            if match and match[1] == tool.name:
-                grammar = input_grammar(tool.syntax, tool.definition)
+            if match and match[1] == f"{tool.namespace}.{tool.name}":
+                grammar = _tool_grammar(tool, "")
                 return [], _Call("", grammar, "") if grammar else None
         return [], None
     partial = _PARTIAL_RECIPIENT.search(tail)
     calls = []
     for i, tool in enumerate(request.tool_grammars):
-        full = _RECIPIENT + tool.name
+        full = f"to={tool.namespace}.{tool.name}"
         written = partial[1] if partial else ""
         if not full.startswith(written) or full == written:
             continue  # the prefill names another recipient
         prefix = f"t{i}-" if prefixed else ""
-        grammar = input_grammar(tool.syntax, tool.definition, prefix)
+        grammar = _tool_grammar(tool, prefix)
         if grammar is not None:
             calls.append(_Call(full[len(written) :], grammar, prefix))
     return calls, None

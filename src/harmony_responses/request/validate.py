@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine import grammar_schema_problem
 from ..errors import APIError
 from ..ids import id_problem
 from ..quotas import requestable_tiers
@@ -346,6 +347,15 @@ def _check_function(tool: Mapping[str, Any], param: str) -> str:
         if strict:
             _schema_error(
                 strict_schema_problem(parameters),
+                f"Invalid schema for function '{name}'",
+                param,
+                "parameters",
+                code="invalid_function_parameters",
+            )
+            # The engines hold a strict function's arguments to a grammar of its schema: what that grammar
+            # cannot express is refused, as the API refuses what its strict mode does not support.
+            _schema_error(
+                grammar_schema_problem(parameters),
                 f"Invalid schema for function '{name}'",
                 param,
                 "parameters",

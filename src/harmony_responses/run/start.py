@@ -84,17 +84,40 @@ def _browser_session(web_search: WebSearch | None, request: ResponseRequest) -> 
     return web_search.session(declared[0], include_sources=include_sources)
 
 
+def _strict_function(tool: Any, namespace: str) -> ToolGrammar | None:
+    """A ``strict: true`` function's schema grammar (request/validate.py refused what cannot be held to one)."""
+    if not isinstance(tool, dict) or tool.get("type") != "function" or tool.get("strict") is not True:
+        return None
+    name, parameters = tool.get("name"), tool.get("parameters")
+    if not isinstance(name, str) or not isinstance(parameters, dict):
+        return None
+    definition = orjson.dumps(parameters).decode()
+    return ToolGrammar(name=name, syntax="json_schema", definition=definition, namespace=namespace)
+
+
 def _tool_grammars(model_request: dict[str, Any]) -> tuple[ToolGrammar, ...]:
-    """The grammars of the custom tools the prompt declares, for engines that constrain a call's input."""
+    """The grammars of the custom tools and strict functions the prompt declares, for engines that constrain
+    a call's input."""
     if model_request.get("tool_choice") == "none":
         return ()
     out = []
     for tool in model_request.get("tools") or ():
-        fmt = tool.get("format") if isinstance(tool, dict) and tool.get("type") == "custom" else None
+        if not isinstance(tool, dict):
+            continue
+        fmt = tool.get("format") if tool.get("type") == "custom" else None
         if isinstance(fmt, dict) and fmt.get("type") == "grammar" and fmt.get("syntax") in ("lark", "regex"):
             name, definition = tool.get("name"), fmt.get("definition")
             if isinstance(name, str) and isinstance(definition, str):
                 out.append(ToolGrammar(name=name, syntax=fmt["syntax"], definition=definition))
+        strict = _strict_function(tool, "functions")
+        if strict is not None:
+            out.append(strict)
+        if tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
+            for member in tool.get("tools") or ():
+                member = {"type": "function", **member} if isinstance(member, dict) else member
+                strict = _strict_function(member, tool["name"])
+                if strict is not None:
+                    out.append(strict)
     return tuple(out)
 
 

@@ -1,0 +1,138 @@
+"""Strict functions' schemas reach the engines that constrain a call, as grammars over the arguments.
+
+Through our real server and each adapter's fake: the grammar the engine receives is read back as a regex
+(tests/engine/ebnf.py) and judged on arguments the model might write, so that a test fails when valid
+arguments would be refused or invalid ones let through. The real engines enforcing them:
+tests/real_engines/*/test_strict_functions.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+
+from harmony_responses.engine._schema_grammar import schema_grammar
+
+from .ebnf import accepts
+from .fakes import LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
+from .helpers import stack
+
+PLACE = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "zip": {"anyOf": [{"type": "string", "pattern": "^[0-9]{5}$"}, {"type": "null"}]},
+    },
+    "required": ["name", "zip"],
+    "additionalProperties": False,
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Rome"]},
+        "days": {"type": "integer"},
+        "units": {"type": ["string", "null"], "maxLength": 3},
+        "stops": {"type": "array", "items": {"$ref": "#/$defs/place"}, "maxItems": 2},
+        "when": {"type": "string", "format": "date"},
+    },
+    "required": ["city", "days", "units", "stops", "when"],
+    "additionalProperties": False,
+    "$defs": {"place": PLACE},
+}
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather.", "parameters": SCHEMA, "strict": True}
+NAMESPACED = {"type": "namespace", "name": "geo", "description": "Places.", "tools": [{**WEATHER, "name": "find"}]}
+VALID = [
+    {"city": "Paris", "days": 3, "units": "C", "stops": [], "when": "2026-12-02"},
+    {"city": "Rome", "days": -1, "units": None, "stops": [{"name": 'a "b"', "zip": "75001"}], "when": "2026-01-31"},
+]
+INVALID = [
+    {"city": "Lyon", "days": 3, "units": "C", "stops": [], "when": "2026-12-02"},  # outside the enum
+    {"city": "Paris", "days": "3", "units": "C", "stops": [], "when": "2026-12-02"},  # wrong type
+    {"city": "Paris", "days": 3, "units": "C", "stops": []},  # a required property missing
+    {"city": "Paris", "days": 3, "units": "C", "stops": [], "when": "2026-12-02", "x": 1},  # an extra one
+    {"city": "Paris", "days": 3, "units": "CCCC", "stops": [], "when": "2026-12-02"},  # too long
+    {"city": "Paris", "days": 3, "units": "C", "stops": [{"name": "a", "zip": "7500"}], "when": "2026-12-02"},
+    {"city": "Paris", "days": 3, "units": "C", "stops": [], "when": "tomorrow"},  # not a date
+]
+CALL = harmony(
+    "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + json.dumps(VALID[0]) + "<|call|>"
+)
+FAKES = {"vllm": VLLMFake, "sglang": SGLangFake, "llamacpp": LlamaCppFake}
+
+
+def judge(grammar: str, root: str = "root") -> None:
+    for arguments in VALID:
+        assert accepts(grammar, json.dumps(arguments), root), arguments
+        assert accepts(grammar, json.dumps(arguments, separators=(",", ":"), ensure_ascii=False), root)
+        assert accepts(grammar, json.dumps(arguments, indent=2), root)
+    for arguments in INVALID:
+        assert not accepts(grammar, json.dumps(arguments), root), arguments
+    assert not accepts(grammar, json.dumps(VALID[0])[:-1], root)  # unterminated
+
+
+def tag_of(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    raw = body["structured_outputs"]["structural_tag"] if kind == "vllm" else body["sampling_params"]["structural_tag"]
+    return orjson.loads(raw)  # type: ignore[no-any-return]
+
+
+def test_the_grammar_holds_arguments_to_the_schema() -> None:
+    # Recursive $defs are rules; the regex reader cannot inline them, so this one is checked for shape only.
+    judge(schema_grammar(orjson.dumps(SCHEMA).decode()))
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
+    tree |= {"required": ["kids"], "additionalProperties": False}
+    assert "root ::= s0" in schema_grammar(orjson.dumps(tree).decode())
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_structural_tag_holds_a_strict_function_and_a_namespace_function(kind: str) -> None:
+    loose = {**WEATHER, "name": "loose", "strict": False}
+    with stack(kind, FAKES[kind](Scenario(tokens=CALL))) as s:
+        response = s.post({"input": "Weather?", "tools": [WEATHER, NAMESPACED, loose]}).json()
+        assert response["output"][-1]["arguments"] == json.dumps(VALID[0])
+        tags = {t["begin"]: t for t in tag_of(s.fake.requests[0], kind)["format"]["tags"]}
+    assert {begin.rstrip() for begin in tags if begin.endswith(" ")} == {"to=functions.get_weather", "to=geo.find"}
+    for begin in ("to=functions.get_weather<|message|>", "to=geo.find<|message|>"):
+        content = tags[begin]["content"]
+        assert content["type"] == "grammar"
+        judge(content["grammar"])
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_forced_strict_function_is_held_from_the_first_token(kind: str) -> None:
+    forced = harmony(json.dumps(VALID[1]) + "<|call|>")
+    with stack(kind, FAKES[kind](Scenario(tokens=forced))) as s:
+        choice = {"type": "function", "name": "find", "namespace": "geo"}
+        response = s.post({"input": "Weather?", "tools": [WEATHER, NAMESPACED], "tool_choice": choice}).json()
+        assert json.loads(response["output"][-1]["arguments"]) == VALID[1]
+        grammar, rest = tag_of(s.fake.requests[0], kind)["format"]["elements"]
+    assert rest == {"type": "any_text"}
+    judge(grammar["grammar"])
+
+
+def test_llamacpp_lazy_grammar_holds_a_strict_function() -> None:
+    with stack("llamacpp", LlamaCppFake(Scenario(tokens=CALL))) as s:
+        s.post({"input": "Weather?", "tools": [WEATHER, NAMESPACED]})
+        sent = s.fake.requests[0]
+    assert sent["grammar_lazy"] is True
+    assert [t["value"].split("(?:")[0] for t in sent["grammar_triggers"]] == [
+        "(to=functions\\.get_weather)",
+        "(to=geo\\.find)",
+    ]
+    judge(sent["grammar"], "t0-root")
+    header = "to=functions.get_weather <|constrain|>json<|message|>"
+    assert accepts(sent["grammar"], header + json.dumps(VALID[0]))
+    assert not accepts(sent["grammar"], header + json.dumps(INVALID[0]))
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang", "llamacpp"])
+def test_non_strict_functions_and_tool_choice_none_are_not_constrained(kind: str) -> None:
+    answer = harmony("<|channel|>final<|message|>Done.<|return|>")
+    with stack(kind, FAKES[kind](Scenario(tokens=answer), Scenario(tokens=answer))) as s:
+        assert s.post({"input": "Hi", "tools": [{**WEATHER, "strict": False}]}).json()["status"] == "completed"
+        assert s.post({"input": "Hi", "tools": [WEATHER], "tool_choice": "none"}).json()["status"] == "completed"
+        for sent in s.fake.requests:
+            sampling = sent.get("sampling_params", sent)
+            assert "structured_outputs" not in sampling and "structural_tag" not in sampling and "grammar" not in sent
