@@ -2,10 +2,10 @@
 
 Routes: ``POST /v1/responses`` (responses.py) and its WebSocket mode (websocket.py), ``POST
 /v1/responses/input_tokens`` and ``POST /v1/responses/compact`` (responses.py), the endpoints over stored
-responses and conversations (stored.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list
-and model shapes), ``GET /health`` (liveness: 200 while the process serves) and ``GET /ready`` (readiness: 200
-when every served model has an engine that answers and the store takes writes, else 503 saying which do not;
-``Server.readiness``).
+responses and conversations (stored.py), the Files API (files.py), ``GET /v1/models`` and
+``GET /v1/models/{model}`` (the OpenAI list and model shapes), ``GET /health`` (liveness: 200 while the
+process serves) and ``GET /ready`` (readiness: 200 when every served model has an engine that answers and
+the store takes writes, else 503 saying which do not; ``Server.readiness``).
 Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``, so every
 answer the server gives is OpenAI-shaped. ``GET /metrics`` is Prometheus's (``metrics.exposition``). Around
 it all, ``observe.Observe`` gives every request its id and counts it. While the server shuts down, new
@@ -33,6 +33,8 @@ from ..request import model_not_found
 from ..run import Server
 from .auth import BearerAuth
 from .errors import exception_handlers, json_response
+from .files import DEFAULT_MAX_FILE_BYTES
+from .files import routes as file_routes
 from .first_tokens import FirstTokensFirst
 from .hosts import LoopbackHosts
 from .observe import Observe
@@ -99,6 +101,7 @@ def build_app(
     loopback_hosts: Sequence[str] | None = None,
     body_timeout: float = 60.0,
     quotas: Quotas | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> Starlette:
     """The ASGI app serving ``server``.
 
@@ -111,6 +114,7 @@ def build_app(
         body_timeout: seconds a client may take to send a request's body (then 408).
         quotas: the limited keys' quotas (``harmony_responses.quotas``), opened and closed with the server; their
             keys must be among ``api_keys``.
+        max_file_bytes: larger uploads to ``/v1/files`` get 413 (``files.py``).
     """
 
     @contextlib.asynccontextmanager
@@ -143,6 +147,7 @@ def build_app(
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         *stored_routes,
+        *file_routes,
     ]
     app = ObservedStarlette(
         routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan
@@ -152,5 +157,6 @@ def build_app(
     app.state.quotas = quotas
     app.state.loopback_hosts = tuple(loopback_hosts) if loopback_hosts is not None else None
     app.state.max_body_bytes = max_body_bytes
+    app.state.max_file_bytes = max_file_bytes
     app.state.body_timeout = body_timeout
     return app

@@ -79,6 +79,7 @@ def create_app(
         server,
         api_keys=(*config.api_keys, *(k.key for k in config.keys)),
         max_body_bytes=config.max_body_bytes,
+        max_file_bytes=config.max_file_bytes,
         loopback_hosts=config.allowed_hosts if is_loopback(config.host) else None,
         body_timeout=config.body_timeout,
         quotas=quotas_for(config.keys, config.store, config.data_dir),

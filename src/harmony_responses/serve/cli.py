@@ -90,6 +90,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         trace_header=args.trace_header,
         trace_max_bytes=args.trace_max_bytes,
         max_body_bytes=args.max_body_bytes,
+        max_file_bytes=args.max_file_bytes,
         head_timeout=args.head_timeout,
         max_head_bytes=args.max_head_bytes,
         max_headers=args.max_headers,

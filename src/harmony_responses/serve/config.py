@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..engine import EngineOptions
 from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
+from ..http.files import DEFAULT_MAX_FILE_BYTES
 from ..quotas import KeyLimits
 from ..tokentrace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
 from ..tools.code_interpreter import SandboxLimits
@@ -40,6 +41,7 @@ class Config:
         log_level: uvicorn's and our loggers' level.
         log_format: ``text`` or ``json`` lines (``logs.py``).
         max_body_bytes: larger request bodies get 413.
+        max_file_bytes: larger uploads to ``/v1/files`` get 413.
         head_timeout, body_timeout: seconds a client may take to send a request's headers (then the
             connection is closed) and its body (then 408).
         max_head_bytes, max_headers: a request's head larger than this, or with more header fields, gets 431
@@ -99,6 +101,7 @@ class Config:
     trace_header: bool = False
     trace_max_bytes: int = DEFAULT_TRACE_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     head_timeout: float = 20.0
     max_head_bytes: int = MAX_HEAD_BYTES
     max_headers: int = MAX_HEADERS
@@ -140,6 +143,7 @@ class Config:
                 "--engine SPEC for every model not bound"
             )
         assert self.max_body_bytes > 0, "max_body_bytes must be positive"
+        assert self.max_file_bytes > 0, "max_file_bytes must be positive"
         assert self.context_window > 0, "context_window must be positive"
         assert self.workers > 0, "workers must be positive"
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..engine import EngineOptions
 from ..http.connection import MAX_HEAD_BYTES, MAX_HEADERS
+from ..http.files import DEFAULT_MAX_FILE_BYTES
 from ..logs import LOG_FORMATS
 from ..store import parse_retention
 from ..tokentrace import DEFAULT_MAX_BYTES as DEFAULT_TRACE_BYTES
@@ -413,6 +414,14 @@ OPTIONS: tuple[Option, ...] = (
         type=_positive_int,
         default=str(DEFAULT_MAX_BODY_BYTES),
         help="larger request bodies get 413",
+    ),
+    Option(
+        flag="--max-file-bytes",
+        group="limits",
+        metavar="BYTES",
+        type=_positive_int,
+        default=str(DEFAULT_MAX_FILE_BYTES),
+        help="larger uploads to /v1/files get 413",
     ),
     Option(
         flag="--head-timeout",

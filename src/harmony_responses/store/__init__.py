@@ -2,8 +2,9 @@
 
 One interface (``Store``, in ``_base``) with two implementations: SQLite (``_sqlite``, the default: a file
 in the data directory) and PostgreSQL (``_postgres``, for several server processes sharing one
-database). ``_migrations`` holds the versioned schemas, applied at start; ``_writer`` batches the writes
-of all running streams into one transaction per round.
+database). ``_files`` keeps uploaded files (the Files API) in either. ``_migrations`` holds the versioned
+schemas, applied at start; ``_writer`` batches the writes of all running streams into one transaction per
+round.
 
 ``open_store(spec, data_dir)`` turns the ``--store`` option into a store:
 
@@ -36,17 +37,22 @@ from ._base import (
     StoreUnavailable,
     UpdateResponse,
 )
+from ._files import PART_BYTES as FILE_PART_BYTES
+from ._files import FileRecord, FileStore, files_of
 from ._postgres import PostgresStore
 from ._sqlite import DB_FILE, SQLiteStore
 from ._writer import Writer
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "FILE_PART_BYTES",
     "ActiveResponse",
     "AppendEvents",
     "AppendItems",
     "ConversationRecord",
     "CreateConversation",
+    "FileRecord",
+    "FileStore",
     "InsertResponse",
     "ItemKind",
     "Op",
@@ -63,6 +69,7 @@ __all__ = [
     "Writer",
     "default_data_dir",
     "describe_store",
+    "files_of",
     "parse_retention",
     "store_from_spec",
 ]
