@@ -41,7 +41,10 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"the server (default: $HARMONY_RESPONSES_URL or {DEFAULT_URL})",
     )
     parser.add_argument(
-        "--api-key", default=os.environ.get("HARMONY_API_KEY"), help="its API key (default: $HARMONY_API_KEY)"
+        "--api-key",
+        default=os.environ.get("HARMONY_API_KEY"),
+        metavar="KEY",
+        help="its API key (default: $HARMONY_API_KEY)",
     )
     parser.add_argument("--record", metavar="PATH", help="trace an engine call of this recording (serve --record)")
     parser.add_argument("--line", type=int, default=0, metavar="N", help="which call of the recording (default: last)")
