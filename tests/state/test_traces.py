@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import orjson
 
 from api.helpers import MODEL, post, sse_events
 from harmony_responses.store import InsertResponse, PutTrace, StoredResponse, UpdateResponse, store_from_spec
@@ -78,3 +79,24 @@ def test_a_background_response_is_traced_too(serve: Serve) -> None:
     trace = httpx.get(f"{live.base_url}/responses/{sent[-1]['response']['id']}/trace?format=json").json()
     assert [e["event"] for e in trace["events"]] == sent
     assert "".join(t["text"] for t in trace["tokens"]).endswith("<|channel|>final<|message|>Hi!<|return|>")
+
+
+def test_a_cancelled_response_keeps_its_trace_to_its_end(serve: Serve) -> None:
+    slow = {"harmony": "<|channel|>final<|message|>" + "tick " * 400 + "<|return|>", "delay_ms": 20}
+    live = serve([slow], trace=True)
+    body = {"model": MODEL, "input": "Hi", "background": True, "stream": True}
+    events: list[dict] = []
+    cancelled = False
+    with httpx.stream("POST", f"{live.base_url}/responses", json=body, timeout=30) as answer:
+        for line in answer.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(orjson.loads(line[6:]))
+            if events[-1]["type"] == "response.output_text.delta" and not cancelled:  # generating: cancel it
+                cancel = httpx.post(f"{live.base_url}/responses/{events[0]['response']['id']}/cancel")
+                assert cancel.status_code == 200
+                cancelled = True
+    assert events[-1]["type"] == "response.incomplete" and events[-1]["response"]["status"] == "cancelled"
+    trace = httpx.get(f"{live.base_url}/responses/{events[0]['response']['id']}/trace?format=json").json()
+    assert [e["event"] for e in trace["events"]] == events  # the stop's events are there, as sent
+    assert 0 < len(trace["tokens"]) < 400
