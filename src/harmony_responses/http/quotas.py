@@ -45,7 +45,9 @@ class QuotaLimits:
             await self.app(scope, receive, send)
             return
         try:
-            grant = await self.quotas.admit(limits)
+            # A create takes its concurrency slot in the admission's transaction (one round trip, not two).
+            response = scope["path"] == "/v1/responses" and scope.get("method") == "POST"
+            grant = await self.quotas.admit(limits, response=response)
         except APIError as exc:
             await error_response(exc)(scope, receive, send)
             return

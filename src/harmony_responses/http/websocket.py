@@ -251,7 +251,7 @@ class _Connection:
             await self._create_admitted(message, stream_id)
             return
         try:
-            grant = await quotas.admit(limits)
+            grant = await quotas.admit(limits, response=True)
         except APIError as exc:
             await self._send_error(exc, stream_id)
             return

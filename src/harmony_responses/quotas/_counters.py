@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["SLOT_TTL", "Counters", "Levels", "PostgresCounters", "SQLiteCounters", "refilled"]
+__all__ = ["SLOT_TTL", "Counters", "Levels", "PostgresCounters", "SQLiteCounters", "SlotAsk", "refilled"]
 
 T = TypeVar("T")
 
@@ -74,6 +74,15 @@ class Levels:
     refused: str | None = None  # "requests" or "tokens"
 
 
+@dataclass(frozen=True, slots=True)
+class SlotAsk:
+    """A concurrency slot to take with an admission, in its transaction (a response's, not in the background)."""
+
+    id: str
+    holder: str
+    most: int
+
+
 def _decide(requests: float | None, tokens: float | None) -> tuple[float | None, float | None, str | None]:
     if requests is not None and requests < 1:
         return requests, tokens, "requests"
@@ -92,9 +101,10 @@ class Counters(abc.ABC):
     async def aclose(self) -> None: ...
 
     @abc.abstractmethod
-    async def admit(self, key: str, rpm: int | None, tpm: int | None) -> Levels:
-        """Take one request from ``key``'s requests bucket if both buckets allow it (``Levels.refused``: which
-        did not); the levels after."""
+    async def admit(self, key: str, rpm: int | None, tpm: int | None, slot: SlotAsk | None = None) -> Levels:
+        """Take one request from ``key``'s requests bucket if both buckets allow it, and ``slot`` if given and
+        free (``Levels.refused``: what did not allow it, ``requests``, ``tokens`` or ``max_concurrent``; then
+        nothing is taken); the levels after."""
 
     @abc.abstractmethod
     async def levels(self, key: str, rpm: int | None, tpm: int | None) -> Levels:
@@ -139,6 +149,9 @@ class SQLiteCounters(Counters):
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
+        # Admissions asked for while one batch of them is in the thread: the next batch, one transaction.
+        self._queued: list[tuple[tuple[Any, ...], asyncio.Future[Levels]]] = []
+        self._admitting: asyncio.Task[None] | None = None  # the task running the batches
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         assert self._thread is not None, "open() first"
@@ -193,24 +206,63 @@ class SQLiteCounters(Counters):
             (key, kind, level, now),
         )
 
-    def _levels(self, key: str, rpm: int | None, tpm: int | None, take: bool) -> Levels:
-        def work(conn: sqlite3.Connection, now: float) -> Levels:
-            requests = self._level(conn, key, "requests", rpm, now) if rpm is not None else None
-            tokens = self._level(conn, key, "tokens", tpm, now) if tpm is not None else None
-            if not take:
-                return Levels(requests, tokens)
-            requests, tokens, refused = _decide(requests, tokens)
-            if refused is None and requests is not None:
-                self._put(conn, key, "requests", requests, now)
-            return Levels(requests, tokens, refused)
+    def _levels(self, key: str, rpm: int | None, tpm: int | None, take: bool, slot: SlotAsk | None) -> Levels:
+        return self._transaction(lambda conn, now: self._admit_in(conn, now, key, rpm, tpm, take, slot))
 
-        return self._transaction(work)
+    def _admit_in(
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        key: str,
+        rpm: int | None,
+        tpm: int | None,
+        take: bool,
+        slot: SlotAsk | None,
+    ) -> Levels:
+        before = self._level(conn, key, "requests", rpm, now) if rpm is not None else None
+        tokens = self._level(conn, key, "tokens", tpm, now) if tpm is not None else None
+        if not take:
+            return Levels(before, tokens)
+        requests, tokens, refused = _decide(before, tokens)
+        if refused is None and slot is not None:
+            refused = self._slot(conn, now, key, slot.id, slot.holder, False, slot.most, None)
+            if refused is not None:
+                return Levels(before, tokens, refused)
+        if refused is None and requests is not None:
+            self._put(conn, key, "requests", requests, now)
+        return Levels(requests, tokens, refused)
 
-    async def admit(self, key: str, rpm: int | None, tpm: int | None) -> Levels:
-        return await self._run(self._levels, key, rpm, tpm, True)
+    async def admit(self, key: str, rpm: int | None, tpm: int | None, slot: SlotAsk | None = None) -> Levels:
+        # A burst's admissions share transactions: while one batch is in the thread, the next ones queue, and
+        # go in together (one thread hop and one commit for all, in arrival order), not one by one.
+        future: asyncio.Future[Levels] = asyncio.get_running_loop().create_future()
+        self._queued.append(((key, rpm, tpm, True, slot), future))
+        if self._admitting is None:
+            self._admitting = asyncio.get_running_loop().create_task(self._admit_queued())
+        return await future
+
+    async def _admit_queued(self) -> None:
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                try:
+                    results = await self._run(self._admit_batch, [args for args, _ in batch])
+                except Exception as exc:
+                    for _, waiting in batch:
+                        if not waiting.done():
+                            waiting.set_exception(exc)
+                    continue
+                for (_, waiting), levels in zip(batch, results, strict=True):
+                    if not waiting.done():
+                        waiting.set_result(levels)
+        finally:
+            self._admitting = None
+
+    def _admit_batch(self, batch: list[tuple[Any, ...]]) -> list[Levels]:
+        return self._transaction(lambda conn, now: [self._admit_in(conn, now, *args) for args in batch])
 
     async def levels(self, key: str, rpm: int | None, tpm: int | None) -> Levels:
-        return await self._run(self._levels, key, rpm, tpm, False)
+        return await self._run(self._levels, key, rpm, tpm, False, None)
 
     def _charge(self, key: str, tpm: int, tokens: int) -> None:
         def work(conn: sqlite3.Connection, now: float) -> None:
@@ -224,20 +276,30 @@ class SQLiteCounters(Counters):
     def _acquire(
         self, key: str, slot: str, holder: str, background: bool, most: int | None, most_bg: int | None
     ) -> str | None:
-        def work(conn: sqlite3.Connection, now: float) -> str | None:
-            conn.execute("DELETE FROM quota_slots WHERE key = ? AND expires_at < ?", (key, now))
-            running, in_background = conn.execute(
-                "SELECT count(*), coalesce(sum(background), 0) FROM quota_slots WHERE key = ?", (key,)
-            ).fetchone()
-            refused = _slot_refusal(running, in_background, is_background=background, most=most, most_bg=most_bg)
-            if refused is None:
-                conn.execute(
-                    "INSERT INTO quota_slots (id, key, background, holder, expires_at) VALUES (?, ?, ?, ?, ?)",
-                    (slot, key, int(background), holder, now + SLOT_TTL),
-                )
-            return refused
+        return self._transaction(lambda conn, now: self._slot(conn, now, key, slot, holder, background, most, most_bg))
 
-        return self._transaction(work)
+    @staticmethod
+    def _slot(
+        conn: sqlite3.Connection,
+        now: float,
+        key: str,
+        slot: str,
+        holder: str,
+        background: bool,
+        most: int | None,
+        most_bg: int | None,
+    ) -> str | None:
+        conn.execute("DELETE FROM quota_slots WHERE key = ? AND expires_at < ?", (key, now))
+        running, in_background = conn.execute(
+            "SELECT count(*), coalesce(sum(background), 0) FROM quota_slots WHERE key = ?", (key,)
+        ).fetchone()
+        refused = _slot_refusal(running, in_background, is_background=background, most=most, most_bg=most_bg)
+        if refused is None:
+            conn.execute(
+                "INSERT INTO quota_slots (id, key, background, holder, expires_at) VALUES (?, ?, ?, ?, ?)",
+                (slot, key, int(background), holder, now + SLOT_TTL),
+            )
+        return refused
 
     async def acquire(
         self, key: str, slot: str, holder: str, *, background: bool, most: int | None, most_background: int | None
@@ -305,24 +367,28 @@ class PostgresCounters(Counters):
             now,
         )
 
-    async def _levels(self, key: str, rpm: int | None, tpm: int | None, take: bool) -> Levels:
+    async def _levels(self, key: str, rpm: int | None, tpm: int | None, take: bool, slot: SlotAsk | None) -> Levels:
         async with self._pool.acquire() as conn, conn.transaction():
             # The key's lock: a bucket row not there yet cannot be locked FOR UPDATE.
             now = await conn.fetchval(f"SELECT {_NOW} FROM (SELECT pg_advisory_xact_lock(hashtext($1))) AS l", key)
-            requests = await self._level(conn, key, "requests", rpm, now) if rpm is not None else None
+            before = await self._level(conn, key, "requests", rpm, now) if rpm is not None else None
             tokens = await self._level(conn, key, "tokens", tpm, now) if tpm is not None else None
             if not take:
-                return Levels(requests, tokens)
-            requests, tokens, refused = _decide(requests, tokens)
+                return Levels(before, tokens)
+            requests, tokens, refused = _decide(before, tokens)
+            if refused is None and slot is not None:
+                refused = await self._slot(conn, now, key, slot.id, slot.holder, False, slot.most, None)
+                if refused is not None:
+                    return Levels(before, tokens, refused)
             if refused is None and requests is not None:
                 await self._put(conn, key, "requests", requests, now)
             return Levels(requests, tokens, refused)
 
-    async def admit(self, key: str, rpm: int | None, tpm: int | None) -> Levels:
-        return await self._levels(key, rpm, tpm, True)
+    async def admit(self, key: str, rpm: int | None, tpm: int | None, slot: SlotAsk | None = None) -> Levels:
+        return await self._levels(key, rpm, tpm, True, slot)
 
     async def levels(self, key: str, rpm: int | None, tpm: int | None) -> Levels:
-        return await self._levels(key, rpm, tpm, False)
+        return await self._levels(key, rpm, tpm, False, None)
 
     async def charge(self, key: str, tpm: int, tokens: int) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
@@ -334,23 +400,34 @@ class PostgresCounters(Counters):
     ) -> str | None:
         async with self._pool.acquire() as conn, conn.transaction():
             now = await conn.fetchval(f"SELECT {_NOW} FROM (SELECT pg_advisory_xact_lock(hashtext($1))) AS l", key)
-            await conn.execute("DELETE FROM quota_slots WHERE key = $1 AND expires_at < $2", key, now)
-            running, in_background = await conn.fetchrow(
-                "SELECT count(*), count(*) FILTER (WHERE background) FROM quota_slots WHERE key = $1", key
+            return await self._slot(conn, now, key, slot, holder, background, most, most_background)
+
+    @staticmethod
+    async def _slot(
+        conn: Any,
+        now: float,
+        key: str,
+        slot: str,
+        holder: str,
+        background: bool,
+        most: int | None,
+        most_background: int | None,
+    ) -> str | None:
+        await conn.execute("DELETE FROM quota_slots WHERE key = $1 AND expires_at < $2", key, now)
+        running, in_background = await conn.fetchrow(
+            "SELECT count(*), count(*) FILTER (WHERE background) FROM quota_slots WHERE key = $1", key
+        )
+        refused = _slot_refusal(running, in_background, is_background=background, most=most, most_bg=most_background)
+        if refused is None:
+            await conn.execute(
+                "INSERT INTO quota_slots (id, key, background, holder, expires_at) VALUES ($1, $2, $3, $4, $5)",
+                slot,
+                key,
+                background,
+                holder,
+                now + SLOT_TTL,
             )
-            refused = _slot_refusal(
-                running, in_background, is_background=background, most=most, most_bg=most_background
-            )
-            if refused is None:
-                await conn.execute(
-                    "INSERT INTO quota_slots (id, key, background, holder, expires_at) VALUES ($1, $2, $3, $4, $5)",
-                    slot,
-                    key,
-                    background,
-                    holder,
-                    now + SLOT_TTL,
-                )
-            return refused
+        return refused
 
     async def release(self, slot: str) -> None:
         await self._pool.execute("DELETE FROM quota_slots WHERE id = $1", slot)

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import APIError
 from ..ids import random_id
 from ..metrics import QUOTA_REJECTIONS
-from ._counters import SLOT_TTL, Counters, Levels
+from ._counters import SLOT_TTL, Counters, Levels, SlotAsk
 from ._limits import ASKED, KeyLimits, key_id
 
 __all__ = ["CURRENT", "TAKE_EVERY", "Grant", "Quotas", "resolve_tier"]
@@ -168,10 +168,14 @@ class Quotas:
         token = authorization.partition(" ")[2].strip()
         return self.keys.get(key_id(token)) if token else None
 
-    async def admit(self, limits: KeyLimits) -> Grant:
-        """Take one request from ``limits``'s key. Raises QuotaExceeded (its buckets are empty) or a 503."""
+    async def admit(self, limits: KeyLimits, *, response: bool = False) -> Grant:
+        """Take one request from ``limits``'s key, and for a ``response`` (a create) its concurrency slot in
+        the same transaction. Raises QuotaExceeded (its buckets are empty, its slots taken) or a 503."""
+        ask = None
+        if response and limits.max_concurrent is not None:
+            ask = SlotAsk(random_id("qs"), self.holder, limits.max_concurrent)
         try:
-            levels = await self.counters.admit(limits.id, limits.requests_per_minute, limits.tokens_per_minute)
+            levels = await self.counters.admit(limits.id, limits.requests_per_minute, limits.tokens_per_minute, ask)
         except Exception as exc:
             logger.exception("quota counters failed")
             raise APIError(
@@ -181,6 +185,8 @@ class Quotas:
                 code="quota_unavailable",
             ) from exc
         grant = Grant(self, limits, levels)
+        if levels.refused == "max_concurrent":
+            raise grant.concurrency_exceeded("max_concurrent")
         if levels.refused is not None:
             kind = levels.refused
             QUOTA_REJECTIONS.labels(limits.name, _LIMIT_NAMES[kind]).inc()
@@ -197,6 +203,8 @@ class Quotas:
                 retry=retry,
                 headers=dict(grant.headers()),
             )
+        if ask is not None:
+            grant._slot = ask.id
         return grant
 
 
@@ -226,10 +234,16 @@ class Grant:
         return out
 
     async def acquire(self, *, background: bool) -> None:
-        """Hold a concurrency slot for the response about to start. Raises QuotaExceeded."""
+        """Hold a concurrency slot for the response about to start (its admission took one already unless it
+        runs in the background under ``max_concurrent_background``). Raises QuotaExceeded."""
         limits = self.limits
         if limits.max_concurrent is None and (not background or limits.max_concurrent_background is None):
             return
+        if self._slot is not None:
+            if not background or limits.max_concurrent_background is None:
+                return  # taken with the admission
+            held, self._slot = self._slot, None
+            await self._release(held)  # a background slot instead: it counts against both limits
         slot = random_id("qs")
         refused = await self.quotas.counters.acquire(
             limits.id,
@@ -240,17 +254,22 @@ class Grant:
             most_background=limits.max_concurrent_background,
         )
         if refused is not None:
-            QUOTA_REJECTIONS.labels(limits.name, refused).inc()
-            most = limits.max_concurrent if refused == "max_concurrent" else limits.max_concurrent_background
-            what = "concurrent responses" if refused == "max_concurrent" else "concurrent background responses"
-            raise QuotaExceeded(
-                f"Rate limit reached for API key '{limits.name}' on {what}: Limit {most}. Please try again once one "
-                "of them has finished.",
-                type="requests",
-                retry=1.0,
-                headers=dict(self.headers()),
-            )
+            raise self.concurrency_exceeded(refused)
         self._slot = slot
+
+    def concurrency_exceeded(self, refused: str) -> QuotaExceeded:
+        """The 429 for a concurrency limit (``max_concurrent``, ``max_concurrent_background``), counted."""
+        limits = self.limits
+        QUOTA_REJECTIONS.labels(limits.name, refused).inc()
+        most = limits.max_concurrent if refused == "max_concurrent" else limits.max_concurrent_background
+        what = "concurrent responses" if refused == "max_concurrent" else "concurrent background responses"
+        return QuotaExceeded(
+            f"Rate limit reached for API key '{limits.name}' on {what}: Limit {most}. Please try again once one of "
+            "them has finished.",
+            type="requests",
+            retry=1.0,
+            headers=dict(self.headers()),
+        )
 
     def hold_until(self, task: asyncio.Future[Any]) -> None:
         """The response runs on in ``task`` (a background one): its slot is freed when that ends, not with the
