@@ -146,10 +146,16 @@ def test_wheel_installs_into_a_clean_venv_and_serves(dists: dict[str, Path], tmp
     assert install.returncode == 0, install.stdout + install.stderr
     # Run from elsewhere than the checkout: only the installed package can serve.
     command = [str(venv / "bin" / "harmony-responses"), "serve", "--port", "0", "--log-level", "warning"]
-    command += ["--data-dir", str(tmp_path / "data")]
+    command += ["--data-dir", str(tmp_path / "data"), "--trace"]
     process, base = _start(command, cwd=tmp_path)
     try:
         _answers(base)
+        # The trace page's HTML, CSS and script are package data: the installed wheel serves them inlined.
+        reply = httpx.post(f"{base}/v1/responses", json={"model": "gpt-oss-20b", "input": "ping"}, timeout=30)
+        page = httpx.get(f"{base}/v1/responses/{reply.json()['id']}/trace", timeout=30)
+        assert page.status_code == 200, page.text
+        assert '<script id="trace-data"' in page.text and "function selectToken" in page.text
+        assert ".tok.recovered" in page.text
         where = subprocess.run(
             [str(python), "-c", "import harmony_responses; print(harmony_responses.__file__)"],
             capture_output=True,
