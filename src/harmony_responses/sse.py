@@ -17,7 +17,11 @@ _TERMINAL_FRAMES = (b"event: response.completed\n", b"event: response.incomplete
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    return frame(event["type"], orjson.dumps(event))
+    # frame() inline: this runs once per event, a delta per token.
+    prefix = _EVENT_PREFIX.get(event["type"])
+    if prefix is None:
+        return frame(event["type"], orjson.dumps(event))
+    return prefix + orjson.dumps(event) + b"\n\n"
 
 
 def frame(type_: str, data: bytes) -> bytes:

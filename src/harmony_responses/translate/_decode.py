@@ -16,27 +16,29 @@ __all__ = ["TokenDecoder"]
 
 
 class TokenDecoder:
-    __slots__ = ("_bytes", "_decoder", "_held", "_text")
+    __slots__ = ("_bytes", "_decoder", "_text", "held")
 
     def __init__(self, vocab: Vocabulary) -> None:
         self._text = vocab.token_text
         self._bytes = vocab.token_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._held = False
+        # True while a character's first bytes wait for the rest; read by the translator's inline path, which
+        # takes a whole-character token's text straight from the table when nothing is held.
+        self.held = False
 
     def decode(self, token: int) -> str:
         """The text this token completes ("" while a character is still incomplete)."""
-        if not self._held:
+        if not self.held:
             text = self._text[token]
             if text is not None:
                 return text
         text = self._decoder.decode(self._bytes[token])
-        self._held = self._decoder.getstate()[0] != b""
+        self.held = self._decoder.getstate()[0] != b""
         return text
 
     def flush(self) -> str:
         """End of the message: what is still held becomes U+FFFD; the decoder is ready for reuse."""
-        if not self._held:
+        if not self.held:
             return ""
-        self._held = False
+        self.held = False
         return self._decoder.decode(b"", final=True)

@@ -183,11 +183,13 @@ class Item:
         "channel",
         "cites",
         "delta",
+        "fast",
         "index",
         "kind",
         "logprobs",
         "parts",
         "pending_lp",
+        "reasoning",
         "summary_delta",
         "summary_open",
         "target",
@@ -213,6 +215,10 @@ class Item:
         self.summary_open: bool | None = None
         self.summary_delta: Event | None = None  # its reasoning_summary_text.delta shape, when summarised
         self.unwrap: InputUnwrapper | None = None  # a custom tool call's input, unwrapped from its JSON
+        # The delta template when each piece of text becomes one delta as is (no logprobs, citations, JSON
+        # unwrapping or summary): the translator's inline per-token path takes such an item's text tokens.
+        self.fast: Event | None = None
+        self.reasoning = kind is ItemKind.REASONING
 
     @property
     def id(self) -> str:

@@ -57,8 +57,14 @@ MAX_HEADER_TOKENS = 128
 # still streams (its first tokens arrive late, not never).
 MAX_HEADERLESS_TOKENS = 2048
 _CHANNEL_TOKEN = 200005
+_CONTENT = State.CONTENT
 _OTHER_ROLES = frozenset({"user", "system", "developer"})
 _PHASE_CHANNELS = {"final_answer": "final", "commentary": "commentary"}
+
+
+def _unpack(entry: int | tuple[int, TokenLogprob | None, bool]) -> tuple[int, TokenLogprob | None, bool]:
+    """A buffered token as (token, logprob, generated): a bare id is a generated token without a logprob."""
+    return entry if entry.__class__ is tuple else (entry, None, True)  # type: ignore[return-value]
 
 
 class _Sentinel:
@@ -127,6 +133,7 @@ class Translator:
     ) -> None:
         self._vocab = vocab
         self._token_bytes = vocab.token_bytes
+        self._token_text = vocab.token_text
         self._new_id = new_id
         self._clock = clock
         self._recipients = recipients or RecipientMap()
@@ -141,7 +148,9 @@ class Translator:
 
         self.state = State.HEADER
         self.error: RemoteProtocolError | None = None
-        self._events: deque[Event] = deque()
+        # A list, handed over whole by events() (no copy): next_event() pops its head, but a token makes only a
+        # few events, so the list it pops from stays short.
+        self._events: list[Event] = []
         self._seq = 0
         self._output: list[dict[str, Any]] = []
         self._item: _Item | None = None
@@ -155,7 +164,9 @@ class Translator:
         self._held_lps: list[TokenLogprob | None] = []
         self._lost_header: str | None = None  # a header <|end|> closed, words lost: fails unless messages follow
         self._long_headerless = False  # the header buffer is past MAX_HEADER_TOKENS of plain text
-        self._pending: deque[tuple[int, TokenLogprob | None, bool]] = deque()
+        # Buffered tokens: a generated token without a logprob is its bare id (receive_tokens extends the deque in
+        # C, no object per token), any other one a (token, logprob, generated) tuple (see _unpack).
+        self._pending: deque[int | tuple[int, TokenLogprob | None, bool]] = deque()
         self._pending_end: tuple[FinishReason, str | None] | None = None
         self._counting = True
         # Told of each recovery from malformed Harmony as ``(rule, detail)``: a response's trace (tokentrace/)
@@ -194,13 +205,12 @@ class Translator:
             raise LocalProtocolError("can't receive tokens before start_engine_call() after a tool result")
         if logprobs is not None and len(logprobs) != len(token_ids):
             raise LocalProtocolError(f"got {len(token_ids)} tokens but {len(logprobs)} logprobs")
-        append = self._pending.append
         if logprobs is None:
-            for token in token_ids:
-                append((token, None, True))
+            self._pending.extend(token_ids)
         else:
+            append = self._pending.append
             for token, lp in zip(token_ids, logprobs, strict=True):
-                append((token, lp, True))
+                append((token, lp, True) if lp is not None else token)
 
     def receive_prefill(self, token_ids: Iterable[int]) -> None:
         """Tokens the prompt already wrote after ``<|start|>assistant`` (a forced tool call's header).
@@ -412,8 +422,7 @@ class Translator:
         events = self._events
         while not events:
             if self._pending:
-                token, lp, generated = self._pending.popleft()
-                self._step(token, lp, generated)
+                self._step(*_unpack(self._pending.popleft()))
             elif self._pending_end is not None:
                 reason, message = self._pending_end
                 self._pending_end = None
@@ -424,7 +433,7 @@ class Translator:
                 return AWAIT_TOOL
             else:
                 return NEED_TOKENS
-        return events.popleft()
+        return events.pop(0)
 
     def events(self, *, to_first_delta: bool = False) -> list[Event]:
         """Process everything buffered and return all the events it caused.
@@ -437,8 +446,7 @@ class Translator:
             self._process_to_first_delta()
         else:
             self._process_pending()
-        out = list(self._events)
-        self._events.clear()
+        out, self._events = self._events, []
         return out
 
     def step_buffered(self) -> int | None:
@@ -446,14 +454,13 @@ class Translator:
         None when no token is buffered. Its events join those not yet taken; ``taken()`` returns them."""
         if not self._pending:
             return None
-        token, lp, generated = self._pending.popleft()
+        token, lp, generated = _unpack(self._pending.popleft())
         self._step(token, lp, generated)
         return token
 
     def taken(self) -> list[Event]:
         """The events produced so far, without processing what is buffered (``step_buffered``)."""
-        out = list(self._events)
-        self._events.clear()
+        out, self._events = self._events, []
         return out
 
     @property
@@ -547,9 +554,35 @@ class Translator:
     def _process_pending(self) -> None:
         pending = self._pending
         step = self._step
+        events = self._events
+        token_text = self._token_text
+        decoder = self._decoder
         while pending:
-            token, lp, generated = pending.popleft()
-            step(token, lp, generated)
+            token = pending.popleft()
+            if token.__class__ is tuple:
+                step(*token)
+                continue
+            # The common case inline, no call: a generated text token without a logprob inside an item whose
+            # text goes straight to deltas (Item.fast), a whole character (the decoder holds no bytes). This is
+            # _step's CONTENT/TEXT row, _append_text and _emit_delta, in that order, with the same effects.
+            if token < FIRST_SPECIAL and self.state is _CONTENT:
+                item = self._item
+                if item is not None:
+                    fast = item.fast
+                    if fast is not None and not decoder.held:
+                        text = token_text[token]
+                        if text:
+                            self.output_tokens += 1
+                            if item.reasoning:
+                                self.reasoning_tokens += 1
+                            item.parts.append(text)
+                            event = fast.copy()
+                            event["sequence_number"] = self._seq
+                            event["delta"] = text
+                            self._seq += 1
+                            events.append(event)
+                            continue
+            step(token, None, True)
         if self._pending_end is not None:
             reason, message = self._pending_end
             self._pending_end = None
@@ -561,8 +594,7 @@ class Translator:
         step = self._step
         while pending:
             seen = len(events)
-            token, lp, generated = pending.popleft()
-            step(token, lp, generated)
+            step(*_unpack(pending.popleft()))
             for k in range(seen, len(events)):
                 if events[k]["type"].endswith(".delta"):
                     return
@@ -939,6 +971,9 @@ class Translator:
                 item.logprobs = []
             if self._citations is not None:
                 item.cites = CitationFilter(self._citations)
+        item.reasoning = kind is ItemKind.REASONING
+        if item.logprobs is None and item.cites is None and item.unwrap is None and item.summary_delta is None:
+            item.fast = item.delta  # each piece of text is one delta, as is: the inline path may take it
         self._item = item
         return item
 
