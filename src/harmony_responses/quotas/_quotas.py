@@ -171,6 +171,8 @@ class Quotas:
     async def admit(self, limits: KeyLimits, *, response: bool = False) -> Grant:
         """Take one request from ``limits``'s key, and for a ``response`` (a create) its concurrency slot in
         the same transaction. Raises QuotaExceeded (its buckets are empty, its slots taken) or a 503."""
+        if not limits.limited and limits.max_concurrent is None and limits.max_concurrent_background is None:
+            return Grant(self, limits, Levels(None, None))  # only its tiers are restricted: nothing to count
         ask = None
         if response and limits.max_concurrent is not None:
             ask = SlotAsk(random_id("qs"), self.holder, limits.max_concurrent)
