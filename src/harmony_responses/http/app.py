@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/responses`` (responses.py) and its WebSocket mode (websocket.py), ``POST
 /v1/responses/input_tokens`` and ``POST /v1/responses/compact`` (responses.py), the endpoints over stored
-responses and conversations (stored.py), the Files API (files.py), ``GET /v1/models`` and
+responses and conversations (stored.py), the Files API (files.py), the
+Vector stores API (vector_stores.py), ``GET /v1/models`` and
 ``GET /v1/models/{model}`` (the OpenAI list and model shapes), ``GET /health`` (liveness: 200 while the
 process serves) and ``GET /ready`` (readiness: 200 when every served model has an engine that answers and
 the store takes writes, else 503 saying which do not; ``Server.readiness``).
@@ -27,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 
+from .. import tracing
 from ..metrics import exposition
 from ..quotas import Quotas
 from ..request import model_not_found
@@ -42,6 +44,7 @@ from .quotas import QuotaLimits
 from .responses import compact_response, count_input_tokens, create_response
 from .shutdown import RefuseWhileClosing
 from .stored import routes as stored_routes
+from .vector_stores import routes as vector_store_routes
 from .websocket import responses_socket
 
 __all__ = ["build_app"]
@@ -90,6 +93,10 @@ class ObservedStarlette(Starlette):
         inner: ASGIApp = FirstTokensFirst(super().build_middleware_stack(), path="/v1/responses")
         if self.state.quotas is not None:  # admitted before the start lane: the counters are a database's
             inner = QuotaLimits(inner, quotas=self.state.quotas)
+        if tracing.enabled():  # --otel: each request's span (the OpenTelemetry API imported only then)
+            from .traced import TraceRequests
+
+            inner = TraceRequests(inner)
         return Observe(inner)
 
 
@@ -128,6 +135,7 @@ def build_app(
             if quotas is not None:
                 await quotas.aclose()
             await server.aclose()
+            tracing.shutdown()  # the spans not exported yet (--otel)
 
     middleware = [Middleware(RefuseWhileClosing, server=server)]
     if loopback_hosts is not None:
@@ -148,6 +156,7 @@ def build_app(
         Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         *stored_routes,
         *file_routes,
+        *vector_store_routes,
     ]
     app = ObservedStarlette(
         routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan

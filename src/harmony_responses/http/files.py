@@ -36,6 +36,7 @@ from starlette.routing import Route
 from ..errors import APIError
 from ..ids import random_id
 from ..run.files import FILE_PART_BYTES, FileRecord, FileStore, server_files
+from ..run.vector_stores import vector_store_service
 from .auth import owner_of
 from .errors import json_response
 from .stored import _int_query
@@ -317,6 +318,8 @@ async def delete_file(request: Request) -> Response:
     file_id = request.path_params["file_id"]
     if not await files.delete(file_id, owner):
         raise no_such_file(file_id)
+    # Its chunks leave every vector store (an ingestion still running for it then stores nothing).
+    await vector_store_service(request.app.state.server).forget_file(file_id, owner)
     return json_response({"id": file_id, "object": "file", "deleted": True})
 
 

@@ -2,7 +2,8 @@
 
 One interface (``Store``, in ``_base``) with two implementations: SQLite (``_sqlite``, the default: a file
 in the data directory) and PostgreSQL (``_postgres``, for several server processes sharing one
-database). ``_files`` keeps uploaded files (the Files API) in either. ``_migrations`` holds the versioned
+database). ``_files`` keeps uploaded files (the Files API) in either, and
+``_vector_stores`` the vector stores file_search searches. ``_migrations`` holds the versioned
 schemas, applied at start; ``_writer`` batches the writes of all running streams into one transaction per
 round.
 
@@ -41,6 +42,7 @@ from ._files import PART_BYTES as FILE_PART_BYTES
 from ._files import FileRecord, FileStore, files_of
 from ._postgres import PostgresStore
 from ._sqlite import DB_FILE, SQLiteStore
+from ._vector_stores import Chunk, Hit, VectorStoreFile, VectorStoreRecord, VectorStores, query_terms, vector_stores_of
 from ._writer import Writer
 
 __all__ = [
@@ -49,10 +51,12 @@ __all__ = [
     "ActiveResponse",
     "AppendEvents",
     "AppendItems",
+    "Chunk",
     "ConversationRecord",
     "CreateConversation",
     "FileRecord",
     "FileStore",
+    "Hit",
     "InsertResponse",
     "ItemKind",
     "Op",
@@ -66,12 +70,17 @@ __all__ = [
     "StoreUnavailable",
     "StoredResponse",
     "UpdateResponse",
+    "VectorStoreFile",
+    "VectorStoreRecord",
+    "VectorStores",
     "Writer",
     "default_data_dir",
     "describe_store",
     "files_of",
     "parse_retention",
+    "query_terms",
     "store_from_spec",
+    "vector_stores_of",
 ]
 
 DATA_DIR_ENV = "HARMONY_RESPONSES_DATA_DIR"

@@ -1,0 +1,23 @@
+"""file_search — retrieval over a key's own documents: chunking, text extraction and attribute filters.
+
+``_chunking``: the ``auto`` (800 tokens, 400 overlap) and ``static`` strategies over the o200k tokenizer the
+server already has (``vocab.py``); ``_extract``: a stored file's bytes → text (text, Markdown, HTML, JSON,
+code; PDF through pypdf); ``_filters``: the API's comparison and compound filters over file attributes. The
+vector stores themselves are kept by ``store/_vector_stores.py`` and run by ``run/vector_stores.py``.
+"""
+
+from ._chunking import AUTO_CHUNKING, ChunkingError, chunk_text, parse_chunking
+from ._extract import Unsupported, extract_text
+from ._filters import FilterError, check_filter, matches
+
+__all__ = [
+    "AUTO_CHUNKING",
+    "ChunkingError",
+    "FilterError",
+    "Unsupported",
+    "check_filter",
+    "chunk_text",
+    "extract_text",
+    "matches",
+    "parse_chunking",
+]
