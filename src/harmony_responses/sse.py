@@ -21,7 +21,7 @@ def encode_event(event: dict[str, Any]) -> bytes:
     prefix = _EVENT_PREFIX.get(event["type"])
     if prefix is None:
         return frame(event["type"], orjson.dumps(event))
-    return prefix + orjson.dumps(event) + b"\n\n"
+    return b"".join((prefix, orjson.dumps(event), b"\n\n"))
 
 
 def frame(type_: str, data: bytes) -> bytes:

@@ -57,7 +57,7 @@ MAX_HEADER_TOKENS = 128
 # still streams (its first tokens arrive late, not never).
 MAX_HEADERLESS_TOKENS = 2048
 _CHANNEL_TOKEN = 200005
-_CONTENT = State.CONTENT
+_CONTENT, _CLOSED, _READY = State.CONTENT, State.CLOSED, State.READY
 _OTHER_ROLES = frozenset({"user", "system", "developer"})
 _PHASE_CHANNELS = {"final_answer": "final", "commentary": "commentary"}
 
@@ -197,20 +197,27 @@ class Translator:
 
     def receive_tokens(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None] | None = None) -> None:
         """Buffer generated token ids (any number), optionally with one logprob entry per token."""
+        state = self.state
+        # One test for the common case (called once per engine chunk, often one token): the refusals below.
+        if self._queued or self._pending_end is not None or state is _CLOSED or state is _READY:
+            self._check_receive()
+        if logprobs is None:
+            self._pending.extend(token_ids)
+            return
+        if len(logprobs) != len(token_ids):
+            raise LocalProtocolError(f"got {len(token_ids)} tokens but {len(logprobs)} logprobs")
+        append = self._pending.append
+        for token, lp in zip(token_ids, logprobs, strict=True):
+            append((token, lp, True) if lp is not None else token)
+
+    def _check_receive(self) -> None:
+        """Refuse tokens where they cannot come; a response failed on bad output drops them (see _step)."""
         if self._queued:
             raise LocalProtocolError("can't receive tokens before begin() of a queued response")
         if self.state is State.CLOSED and self.error is None or self._pending_end is not None:
             raise LocalProtocolError("can't receive tokens after the end of generation")
         if self.state is State.READY:
             raise LocalProtocolError("can't receive tokens before start_engine_call() after a tool result")
-        if logprobs is not None and len(logprobs) != len(token_ids):
-            raise LocalProtocolError(f"got {len(token_ids)} tokens but {len(logprobs)} logprobs")
-        if logprobs is None:
-            self._pending.extend(token_ids)
-        else:
-            append = self._pending.append
-            for token, lp in zip(token_ids, logprobs, strict=True):
-                append((token, lp, True) if lp is not None else token)
 
     def receive_prefill(self, token_ids: Iterable[int]) -> None:
         """Tokens the prompt already wrote after ``<|start|>assistant`` (a forced tool call's header).
@@ -444,7 +451,7 @@ class Translator:
         """
         if to_first_delta:
             self._process_to_first_delta()
-        else:
+        elif self._pending or self._pending_end is not None:
             self._process_pending()
         out, self._events = self._events, []
         return out
@@ -553,14 +560,13 @@ class Translator:
 
     def _process_pending(self) -> None:
         pending = self._pending
-        step = self._step
         events = self._events
         token_text = self._token_text
         decoder = self._decoder
         while pending:
             token = pending.popleft()
             if token.__class__ is tuple:
-                step(*token)
+                self._step(*token)
                 continue
             # The common case inline, no call: a generated text token without a logprob inside an item whose
             # text goes straight to deltas (Item.fast), a whole character (the decoder holds no bytes). This is
@@ -582,7 +588,7 @@ class Translator:
                             self._seq += 1
                             events.append(event)
                             continue
-            step(token, None, True)
+            self._step(token, None, True)
         if self._pending_end is not None:
             reason, message = self._pending_end
             self._pending_end = None
