@@ -176,6 +176,11 @@ class Server:
         return dataclasses.replace(self.prompting, context_window=reported)
 
     async def aclose(self) -> None:
+        # Ingestions in flight stop first, while the store is open: their files stay in_progress under this
+        # process's lease, which ends with it, and the next process resumes them (run/vector_stores.py).
+        ingestions = getattr(self, "_vector_store_service", None)
+        if ingestions is not None:
+            await ingestions.aclose()
         await self.stored.aclose()  # background work still running ends failed, with a reason
         if self._ready_probe is not None:
             self._ready_probe.cancel()

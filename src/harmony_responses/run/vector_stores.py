@@ -404,10 +404,12 @@ class VectorStoreService:
                 )
                 self._start(row)
 
-    async def idle(self) -> None:
-        """Wait for every ingestion this process runs (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+    async def aclose(self) -> None:
+        """Stop this process's ingestions (the server stops): they are resumed by the next process."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------------ search
 
