@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import zlib
 from typing import Any
 
 import openai
@@ -28,15 +29,22 @@ DOCS = {
 }
 
 
-def _pdf(text: str) -> bytes:
-    """A one-page PDF showing ``text`` (built here so that no binary fixture is checked in)."""
+def _pdf(text: str, *, bomb: bool = False) -> bytes:
+    """A one-page PDF showing ``text`` (built here so that no binary fixture is checked in); ``bomb``: its page's
+    content a Flate stream of ~100 KB that inflates to 200 MB."""
     stream = f"BT /F1 12 Tf 72 712 Td ({text}) Tj ET".encode()
+    codec = b""
+    if bomb:
+        packer = zlib.compressobj(9)
+        zeros = b" " * (1 << 20)
+        stream = b"".join(packer.compress(zeros) for _ in range(200)) + packer.flush()
+        codec = b" /Filter /FlateDecode"
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+        b"<< /Length " + str(len(stream)).encode() + codec + b" >>\nstream\n" + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     out = bytearray(b"%PDF-1.4\n")
@@ -155,8 +163,12 @@ def test_failures_chunking_and_batches(serve: Serve) -> None:
         vector_store_id=store.id, file=("bad.pdf", b"%PDF-1.4 not really"), poll_interval_ms=20
     )
     assert broken.status == "failed" and broken.last_error is not None and broken.last_error.code == "invalid_file"
+    bomb = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id, file=("bomb.pdf", _pdf("x", bomb=True)), poll_interval_ms=20
+    )
+    assert bomb.status == "failed" and bomb.last_error is not None and bomb.last_error.code == "invalid_file"
     counts = client.vector_stores.retrieve(store.id).file_counts
-    assert (counts.completed, counts.failed) == (2, 2)
+    assert (counts.completed, counts.failed) == (2, 3)
 
     long_text = ("word " * 3000).encode()
     uploaded = client.files.create(file=("long.txt", long_text), purpose="assistants")
@@ -207,6 +219,13 @@ def test_deleting_a_file_removes_it_from_every_store(serve: Serve) -> None:
     client.vector_stores.files.delete(detached.id, vector_store_id=stores[0].id)
     assert list(client.vector_stores.search(stores[0].id, query="emu")) == []
     assert client.files.retrieve(detached.id).id == detached.id  # detaching keeps the file
+    # Deleted right after it was attached, its ingestion perhaps still running: it ends in no store either way.
+    brief = client.files.create(file=("moa.txt", b"The moa was a giant bird."), purpose="assistants")
+    client.vector_stores.files.create(vector_store_id=stores[0].id, file_id=brief.id)
+    client.files.delete(brief.id)
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.files.retrieve(brief.id, vector_store_id=stores[0].id)
+    assert list(client.vector_stores.search(stores[0].id, query="moa")) == []
     assert client.vector_stores.delete(stores[1].id).deleted
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.retrieve(stores[1].id)
