@@ -9,6 +9,9 @@ It is not a model. It reads the prompt's Harmony structure and writes valid Harm
 - a forced call prefilled up to ``<|message|>`` (named ``tool_choice``): ``{}<|call|>``;
 - a forced call prefilled up to ``to=functions.`` (``tool_choice: required``): the first function the
   prompt declares in that namespace, then `` <|constrain|>json<|message|>{}<|call|>``;
+- in both, a strict function's arguments are instead the smallest its schema allows (the first of each
+  enum and ``anyOf``, ``""``, ``0``, ``false``, ``[]``), so that a strict call passes the run's check of
+  strict arguments (run/loop.py) where the schema makes that easy (not under ``pattern`` or ``format``);
 - a prefilled final (or analysis) header: the answer, finishing the message it is in.
 
 Anything else (the prompt does not end inside an assistant message) ends the stream with an error
@@ -19,9 +22,11 @@ special token cannot turn into one.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..offload import offload
 from ..vocab import load_encoding
@@ -43,6 +48,7 @@ _NAMESPACE_PREFIX = re.compile(r"assistant<\|channel\|>\w+ to=([^\s<]+)\.")
 _TOOL_AUTHOR = re.compile(r"([^\s<]+) to=assistant\b")
 _CHANNEL = re.compile(r"<\|channel\|>(\w+)")
 _FUNCTION = re.compile(r"^type ([^\s=<]+) =", re.MULTILINE)
+_RECIPIENT = re.compile(r" to=([^\s<]+)")
 
 
 @dataclass(slots=True)
@@ -119,8 +125,44 @@ def _first_function(history: list[_Message], namespace: str) -> str | None:
     return None
 
 
-def continue_prompt(prompt_ids: Sequence[int]) -> list[int] | str:
-    """What the echo engine writes after ``prompt_ids``: token ids, or a message saying why it can't."""
+def _smallest(schema: Any, root: Any, depth: int = 0) -> Any:
+    """The smallest JSON value ``schema`` allows, as far as that is easy to tell (see the docstring)."""
+    if not isinstance(schema, dict) or depth > 32:
+        return {}
+    if "$ref" in schema:
+        target: Any = root
+        for part in str(schema["$ref"]).lstrip("#").strip("/").split("/"):
+            target = target.get(part, {}) if part and isinstance(target, dict) else target
+        return _smallest(target, root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if schema.get("anyOf"):
+        return _smallest(schema["anyOf"][0], root, depth + 1)
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object" or "properties" in schema:
+        return {k: _smallest(v, root, depth + 1) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [_smallest(schema.get("items"), root, depth + 1)] * int(schema.get("minItems", 0))
+    defaults: dict[Any, Any] = {"string": "a" * int(schema.get("minLength", 0)), "integer": 0, "number": 0}
+    return defaults.get(kind, False if kind == "boolean" else None)
+
+
+def _arguments(recipient: str, strict: dict[str, str]) -> str:
+    schema = strict.get(recipient)
+    if schema is None:
+        return "{}"
+    root = json.loads(schema)
+    return json.dumps(_smallest(root, root))
+
+
+def continue_prompt(prompt_ids: Sequence[int], strict: dict[str, str] | None = None) -> list[int] | str:
+    """What the echo engine writes after ``prompt_ids``: token ids, or a message saying why it can't.
+
+    ``strict`` maps a strict function's recipient (``functions.NAME``) to its parameters' JSON schema text."""
+    strict = strict or {}
     messages = _split_messages(prompt_ids)
     if not messages or messages[-1].closed or not messages[-1].text_header.startswith("assistant"):
         return "the prompt does not end with an assistant message to continue (<|start|>assistant)"
@@ -138,9 +180,12 @@ def continue_prompt(prompt_ids: Sequence[int]) -> list[int] | str:
             name = _first_function(history, namespace)
             if name is None:
                 return f"the prompt forces a call into namespace {namespace!r} but declares no function in it"
-            return _encode(f"{name} <|constrain|>json<|message|>{{}}<|call|>")
+            arguments = _arguments(f"{namespace}.{name}", strict)
+            return _encode(f"{name} <|constrain|>json<|message|>{arguments}<|call|>")
     elif " to=" in header:
-        return _encode("{}<|call|>") if not tail.content else [_CALL]
+        recipient = _RECIPIENT.search(header)
+        arguments = _arguments(recipient[1] if recipient else "", strict)
+        return _encode(f"{arguments}<|call|>") if not tail.content else [_CALL]
     else:
         channel = _CHANNEL.search(header)
         analysis, answer = _answer(history)
@@ -163,12 +208,13 @@ class EchoEngine(Engine):
         return self._generate(request)
 
     async def _generate(self, request: GenerateRequest) -> EngineStream:
+        strict = {f"{t.namespace}.{t.name}": t.definition for t in request.tool_grammars if t.syntax == "json_schema"}
         if len(request.prompt_ids) > INLINE_PROMPT_TOKENS:
             # Reading a long prompt takes milliseconds per thousand messages: not on the event loop, which
             # every other stream shares (a real engine does this work in its own process).
-            continuation = await offload(continue_prompt, request.prompt_ids)
+            continuation = await offload(continue_prompt, request.prompt_ids, strict)
         else:
-            continuation = continue_prompt(request.prompt_ids)
+            continuation = continue_prompt(request.prompt_ids, strict)
         if isinstance(continuation, str):
             stream = play((), request, finish="error", message=f"echo engine: {continuation}")
         else:

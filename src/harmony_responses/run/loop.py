@@ -46,7 +46,11 @@ Two things the translator does not know are added here, on the way out:
   completes; a mismatch turns ``response.completed`` into ``error`` + ``response.failed`` whose message
   says what does not match. We fail rather than complete because the client asked for a guarantee
   (``responses.parse`` would otherwise die in pydantic with a less useful message, and Codex would act
-  on invalid JSON); the answer stays visible in the streamed items and the failed Response's ``output``.
+  on invalid JSON); the answer stays visible in the streamed items and the failed Response's ``output``;
+- strict functions: a completed response's calls of a ``strict: true`` function are checked against its
+  parameters' schema, and arguments it refuses (invalid JSON included) fail the response the same way,
+  quoting them. Only an engine that cannot constrain a call (echo, replay, trtllm, transformers) lets
+  such arguments through; on vLLM, SGLang and llama.cpp a grammar holds them (engine/_constrain.py).
 """
 
 from __future__ import annotations
@@ -622,7 +626,16 @@ class ResponseRun:
             if self._strict is not None and response["status"] == "completed":
                 problem = self._answer_problem(response)
                 if problem is not None:
-                    events[-1:] = self._fail_schema(last, problem)
+                    message = (
+                        f"The model's answer does not match the JSON schema '{self._strict[0]}' required by "
+                        f"'text.format' (strict): {problem}"
+                    )
+                    events[-1:] = self._fail(last, message)
+                    response = events[-1]["response"]
+            if response["status"] == "completed":
+                message = self._arguments_problem(response)
+                if message is not None:
+                    events[-1:] = self._fail(last, message)
                     response = events[-1]["response"]
             if self._messages is not None:
                 self._messages.generated(self._generated)  # the last engine call's (spliced ones are in already)
@@ -661,12 +674,36 @@ class ResponseRun:
             return f"the answer is not valid JSON ({exc})."
         return instance_problem(value, self._strict[1])
 
-    def _fail_schema(self, terminal: Event, problem: str) -> list[Event]:
-        assert self._strict is not None
-        message = (
-            f"The model's answer does not match the JSON schema '{self._strict[0]}' required by "
-            f"'text.format' (strict): {problem}"
-        )
+    def _arguments_problem(self, response: dict[str, Any]) -> str | None:
+        """Why a call of a strict function has arguments its schema refuses, or None.
+
+        An engine that constrains calls (vLLM, SGLang, llama.cpp) cannot write such arguments; on one that
+        cannot (echo, replay, trtllm, transformers) they fail the response as a strict ``text.format``
+        answer does, quoting the arguments, rather than reaching a client that trusts ``strict``.
+        """
+        strict = {(t.namespace, t.name): t.definition for t in self._request.tool_grammars if t.syntax == "json_schema"}
+        if not strict:
+            return None
+        for item in response["output"]:
+            if item["type"] != "function_call":
+                continue
+            definition = strict.get((item.get("namespace") or "functions", item["name"]))
+            if definition is None:
+                continue
+            arguments = item.get("arguments") or ""
+            try:
+                problem = instance_problem(orjson.loads(arguments), orjson.loads(definition))
+            except orjson.JSONDecodeError as exc:
+                problem = f"the arguments are not valid JSON ({exc})."
+            if problem is not None:
+                shown = arguments if len(arguments) <= 200 else arguments[:200] + "…"
+                return (
+                    f"The model's arguments for the strict function '{item['name']}' do not match its "
+                    f"parameters' schema: {problem} Arguments: {shown}"
+                )
+        return None
+
+    def _fail(self, terminal: Event, message: str) -> list[Event]:
         seq = terminal["sequence_number"]
         error = {"type": "server_error", "code": "server_error", "message": message, "param": None}
         response = dict(
