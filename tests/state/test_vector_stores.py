@@ -291,3 +291,24 @@ def test_an_ingestion_left_by_a_dead_process_is_resumed(serve: Serve, store_spec
         time.sleep(0.02)
     assert resumed.status == "completed" and resumed.usage_bytes == done.usage_bytes
     assert [r.file_id for r in client.vector_stores.search(store.id, query="owls")] == [done.id]
+
+
+def test_files_too_long_to_ingest_fail_with_a_reason(serve: Serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bounds lowered (the server runs in this process) so that small files cross them.
+    monkeypatch.setattr("harmony_responses.tools.file_search._chunking.MAX_FILE_TOKENS", 50)
+    monkeypatch.setattr("harmony_responses.run.vector_stores.MAX_INGEST_BYTES", 2000)
+    live = serve([ANSWER])
+    client = openai_client(live)
+    store = client.vector_stores.create(name="bounded")
+    cases = {"tokens.txt": b"word " * 100, "bytes.txt": b"w" * 2001, "fits.txt": b"word " * 40}
+    done = {
+        name: client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=(name, data), poll_interval_ms=20
+        )
+        for name, data in cases.items()
+    }
+    assert done["fits.txt"].status == "completed"
+    for name in ("tokens.txt", "bytes.txt"):
+        error = done[name].last_error
+        assert done[name].status == "failed" and error is not None and error.code == "invalid_file", name
+    assert "tokens" in done["tokens.txt"].last_error.message  # type: ignore[union-attr]

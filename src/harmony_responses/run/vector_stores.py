@@ -37,6 +37,7 @@ from ..store import (
     vector_stores_of,
 )
 from ..tools.file_search import (
+    MAX_INGEST_BYTES,
     ChunkingError,
     FilterError,
     Unsupported,
@@ -365,6 +366,11 @@ class VectorStoreService:
             record = await self.files.get(row.file_id, row.owner)
             if record is None:
                 error = {"code": "invalid_file", "message": "The file was deleted before it was ingested."}
+            elif record.bytes > MAX_INGEST_BYTES:
+                error = {
+                    "code": "invalid_file",
+                    "message": f"The file is larger than the {MAX_INGEST_BYTES} bytes a vector store ingests.",
+                }
             else:
                 data = b"".join([part async for part in self.files.content(record)])
                 text = await asyncio.to_thread(extract_text, record.filename, record.content_type, data)

@@ -7,11 +7,12 @@ vector stores themselves are kept by ``store/_vector_stores.py`` and run by ``ru
 """
 
 from ._chunking import AUTO_CHUNKING, ChunkingError, chunk_text, parse_chunking
-from ._extract import Unsupported, extract_text
+from ._extract import MAX_INGEST_BYTES, Unsupported, extract_text
 from ._filters import FilterError, check_filter, matches
 
 __all__ = [
     "AUTO_CHUNKING",
+    "MAX_INGEST_BYTES",
     "ChunkingError",
     "FilterError",
     "Unsupported",

@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...vocab import load_encoding, load_vocabulary
+from ._extract import Unsupported
 
 __all__ = ["AUTO_CHUNKING", "ChunkingError", "chunk_text", "parse_chunking"]
 
 AUTO_CHUNKING = {"type": "static", "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}}
 MIN_TOKENS, MAX_TOKENS = 100, 4096
+MAX_FILE_TOKENS = 5_000_000  # OpenAI's limit per file in a vector store
 
 
 class ChunkingError(ValueError):
@@ -57,11 +59,17 @@ def parse_chunking(value: Any, param: str = "chunking_strategy") -> dict[str, An
 
 
 def chunk_text(text: str, strategy: dict[str, Any]) -> list[str]:
-    """The chunks of ``text`` under a parsed ``strategy``, in order; none for a text without tokens."""
+    """The chunks of ``text`` under a parsed ``strategy``, in order; none for a text without tokens.
+
+    Raises:
+        Unsupported: the text has more than ``MAX_FILE_TOKENS`` tokens (``invalid_file``).
+    """
     size = strategy["static"]["max_chunk_size_tokens"]
     overlap = strategy["static"]["chunk_overlap_tokens"]
     # disallowed_special=(): a document containing '<|end|>' is text, not a special token.
     ids = load_encoding().encode(text, disallowed_special=())
+    if len(ids) > MAX_FILE_TOKENS:
+        raise Unsupported(f"The file's text has {len(ids)} tokens, more than {MAX_FILE_TOKENS}.", "invalid_file")
     table = load_vocabulary().token_bytes
     chunks: list[str] = []
     step = size - overlap

@@ -15,9 +15,13 @@ import html.parser
 import io
 import os
 
-__all__ = ["MAX_TEXT_CHARS", "Unsupported", "extract_text"]
+__all__ = ["MAX_INGEST_BYTES", "MAX_TEXT_CHARS", "Unsupported", "extract_text"]
 
-MAX_TEXT_CHARS = 50_000_000
+# What one file may bring to ingestion: its bytes are read whole (a PDF needs them so), its text tokenized
+# whole. OpenAI's own limit is 5,000,000 tokens per file (``_chunking.MAX_FILE_TOKENS``); about four
+# characters a token, so a longer text cannot pass it, and is refused before it is tokenized.
+MAX_INGEST_BYTES = 128 * 1024 * 1024
+MAX_TEXT_CHARS = 25_000_000
 
 TEXT_EXTENSIONS = frozenset(
     ".txt .text .md .markdown .rst .adoc .org .tex .csv .tsv .log .json .jsonl .ndjson .yaml .yml .toml .ini .cfg "
