@@ -81,6 +81,7 @@ class Fake:
         self.scenarios = list(scenarios) or [Scenario(tokens=harmony("<|channel|>final<|message|>Hi<|return|>"))]
         self.detokenize_ok = detokenize_ok
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each generate request's HTTP headers (traceparent), vLLM's
         self.aborts: list[str] = []  # ids given to an abort endpoint
         self.disconnects: list[str] = []  # streams that ended because the client went away
         self.sent: dict[str, int] = {}  # tokens sent per request id
@@ -259,6 +260,7 @@ class VLLMFake(Fake):
     async def completions(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
         s = self.scenario()
         if s.status:
             return self.error(s)

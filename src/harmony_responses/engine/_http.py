@@ -54,6 +54,7 @@ import anyio
 import orjson
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 
+from .. import tracing
 from ..tokens import ADMITTED, EngineEnd, FinishReason, TokenChunk, TokenLogprob
 from ..vocab import VOCAB_SIZE, load_encoding
 from ._base import (
@@ -676,7 +677,10 @@ class HTTPEngine(Engine):
                         while True:
                             constrained = self.constrains(reader)
                             response = await streams.post(
-                                url, orjson.dumps(self.body(reader)), rank=reader.request.priority + 1
+                                url,
+                                orjson.dumps(self.body(reader)),
+                                rank=reader.request.priority + 1,
+                                headers=tracing.headers(),  # --otel: the engine call's traceparent
                             )
                             if response.status < 400:
                                 break

@@ -46,6 +46,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from .. import tracing
 from ..metrics import ENGINE_RETRIES, REPLICA_OUTAGES, engine_label, failure_reason
 from ..tokens import EngineEnd
 from ._base import (
@@ -317,6 +318,8 @@ class ReplicaSet(Engine):
             replica.last_chosen = next(self._clock)
             # At once, not at the first token: calls of a burst sharing a key follow the first one.
             self._remember(request, replica)
+            if tracing.enabled():  # the engine call's span (run/loop.py) names the replica
+                tracing.annotate(tracing.current(), {"harmony.replica": replica.engine.describe()})
             stream = replica.engine.generate(request)
             try:
                 try:

@@ -84,9 +84,10 @@ class StreamClient:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def post(self, url: str, body: bytes, *, rank: int = 1) -> Answer:
+    async def post(self, url: str, body: bytes, *, rank: int = 1, headers: bytes = b"") -> Answer:
         """Send ``body`` (JSON) and wait for the answer's status line and headers; while every connection is
-        busy, requests of a lower ``rank`` (0 to ``RANKS - 1``: the service tier) get the next one first."""
+        busy, requests of a lower ``rank`` (0 to ``RANKS - 1``: the service tier) get the next one first.
+        ``headers``: this request's own header lines, each ending CRLF (``traceparent``: ``tracing.headers``)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # Connections belong to the loop that opened them (a closed one's are dead): start afresh.
@@ -98,7 +99,7 @@ class StreamClient:
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = _Target(self.label, url, self._headers)
-        request = target.head + b"%d\r\n\r\n" % len(body) + body
+        request = target.head + b"%d\r\n" % len(body) + headers + b"\r\n" + body
         for attempt in (1, 2):
             connection = await self._connection(target, fresh=attempt == 2, rank=rank)
             answer = Answer(connection)

@@ -18,6 +18,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp
 
+from .. import tracing
 from ..errors import APIError
 from ..request import ResponseRequest, read_request
 from ..run import Background, Server
@@ -159,8 +160,10 @@ async def compact_response(request: Request) -> ASGIApp:
 async def create_response(request: Request) -> ASGIApp:
     server: Server = request.app.state.server
     body = await read_json_body(request, request.app.state.max_body_bytes)
-    await enter_lane(tier_rank(body))  # the start work, in arrival order by tier, one lot at a time (run/turns.py)
-    prepared = await _read(request, body)
+    with tracing.span("start lane"):  # the start work, in arrival order by tier, one lot at a time (run/turns.py)
+        await enter_lane(tier_rank(body))
+    with tracing.span("validate"):
+        prepared = await _read(request, body)
     await admit_response(prepared.body)  # the tier used, and a limited key's slot (quotas.py)
     if TRACE_HEADER in request.headers:  # honoured only with --trace-header (tokentrace.TraceOptions)
         TRACE_REQUESTED.set(trace_requested(request.headers[TRACE_HEADER]))

@@ -43,6 +43,7 @@ import anyio.abc
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from .. import tracing
 from ..errors import APIError, shutting_down
 from ..logs import current_request_id, request_scope
 from ..metrics import STREAMS_IN_FLIGHT, TOKEN_SINK
@@ -267,7 +268,11 @@ class _Connection:
     async def _create_admitted(self, message: dict[str, Any], stream_id: str | None) -> None:
         body = {k: v for k, v in message.items() if k not in ("type", "stream_id", "generate")}
         # Each response.create arrives now (its time to first token counts from here), under the handshake's id.
-        with request_scope(current_request_id() or "-"), starting() as start:
+        with (
+            request_scope(current_request_id() or "-"),
+            starting() as start,
+            tracing.turn("websocket turn", {"harmony.stream_id": stream_id}),  # --otel: under the connection's span
+        ):
             await start.enter_lane(tier_rank(body))  # the start work by tier and arrival, one lot at a time
             try:
                 if body.get("background"):

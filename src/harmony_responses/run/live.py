@@ -112,6 +112,7 @@ class LiveResponse:
         # A traced response's recorder (tokentrace): told of every event published, in order, whatever path
         # published it (the run's batches, a background start, a stop), as these are what clients are sent.
         self.trace: Recorder | None = None
+        self.span: Any = None  # --otel: the run's span, which the store writer's spans link to (tracing.py)
 
     # ------------------------------------------------------------------ publishing (the producer)
 
@@ -300,6 +301,7 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
             finally:
                 waiting = False
                 _BACKGROUND_QUEUE.dec()
+        live.span = run.span
         turns = Turns()  # an engine that never waits must not keep the loop to itself (run/turns.py)
         handed = False
         async with contextlib.aclosing(run.batches()) as batches:
@@ -416,6 +418,7 @@ class StoredRun:
 
     async def start(self, *, at_admission: bool = False) -> None:
         await self._run.start(at_admission=at_admission)
+        self._live.span = self._run.span
         self._live.insert(self._insert)
 
     async def batches(self) -> AsyncIterator[bytes]:

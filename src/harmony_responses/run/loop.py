@@ -65,6 +65,7 @@ from typing import Any
 import orjson
 from openai_harmony import Author, Message, Role
 
+from .. import tracing
 from ..engine import Engine, EngineError, EngineStream, GenerateRequest, reading_here
 from ..errors import APIError
 from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, engine_label, failure_reason
@@ -182,6 +183,10 @@ class ResponseRun:
         self._refused = 0  # built-in calls refused past max_tool_calls
         self._shutting_down = False
         self._stream_started = False  # this engine call was sent (its prompt is input, ended or not)
+        # --otel (tracing.py): the response's span, and the current engine call's with when it was sent
+        self.span: Any = None
+        self._call_span: Any = None
+        self._call_sent = 0.0
 
     @property
     def request_id(self) -> str | None:
@@ -196,6 +201,12 @@ class ResponseRun:
         Raises:
             EngineError: the engine cannot take the request (nothing has been sent: answer 503).
         """
+        if tracing.enabled() and self.span is None:
+            response = self.translator.response
+            self.span = tracing.start(
+                "response",
+                {"gen_ai.request.model": response.get("model"), "harmony.response_id": response.get("id")},
+            )
         if self._compaction is not None:
             await self._compaction.summary.start()  # the summary's engine call is the first one
             self._began = True
@@ -254,8 +265,34 @@ class ResponseRun:
             "reasoning": t.reasoning_tokens,
         }
         self.metrics.ended(status, usage, t.output_items)
+        if self.span is not None:
+            traced = {
+                "harmony.response.status": status,
+                "gen_ai.usage.input_tokens": usage["input"],
+                "gen_ai.usage.output_tokens": usage["output"],
+                "harmony.usage.cached_tokens": usage["cached"],
+                "harmony.usage.reasoning_tokens": usage["reasoning"],
+                "harmony.tool_calls": self.tool_calls,
+            }
+            tracing.annotate_request(traced)
+            tracing.end(self.span, traced, error=None if status != "failed" else "failed")
+
+    def _end_call(self, reason: str, end: EngineEnd | None = None, error: str | None = None) -> None:
+        """The engine call's span ends (--otel): how it ended, its tokens."""
+        span, self._call_span = self._call_span, None
+        if span is None:
+            return
+        attributes: dict[str, Any] = {
+            "gen_ai.response.finish_reasons": (reason,),
+            "gen_ai.usage.output_tokens": len(self._generated),
+        }
+        if end is not None:
+            attributes["gen_ai.usage.input_tokens"] = end.prompt_tokens
+            attributes["harmony.usage.cached_tokens"] = end.cached_tokens
+        tracing.end(span, attributes, error=error)
 
     async def _close_stream(self) -> None:
+        self._end_call("closed")  # (unless it ended already)
         stream, self._stream = self._stream, None
         if stream is not None:
             if self.trace is not None:
@@ -326,6 +363,9 @@ class ResponseRun:
                     keep = max(limit - len(self._generated), 0)  # type: ignore[operator]
                     ids = ids[:keep]
                     logprobs = logprobs[:keep] if logprobs is not None else None
+                if self._call_span is not None and not self._generated:
+                    first = time.monotonic() - self._call_sent
+                    tracing.annotate(self._call_span, {"harmony.time_to_first_token": first})
                 self._generated.extend(ids)
                 self.metrics.tokens(len(ids))
                 try:
@@ -349,6 +389,7 @@ class ResponseRun:
                 self.metrics.engine_call_ended()
                 if item.reason == "error":
                     self.metrics.engine_failed("stream")
+                self._end_call(item.reason, item, error=item.message if item.reason == "error" else None)
                 self._usage_seen = True
                 t.receive_usage(prompt_tokens=item.prompt_tokens, cached_tokens=item.cached_tokens)
                 t.receive_end(item.reason, item.message)
@@ -396,6 +437,7 @@ class ResponseRun:
                 return
             except EngineError as exc:  # before its first token, after admission: the stream has begun
                 self.metrics.engine_failed(failure_reason(exc))
+                self._end_call("error", error=str(exc) or type(exc).__name__)
                 t.receive_end("error", str(exc) or type(exc).__name__)
                 return
             except Exception as exc:  # the engine broke its contract (it must report errors in-band)
@@ -414,7 +456,9 @@ class ResponseRun:
         t = self.translator
         t.open_compaction()
         yield t.events()  # output_item.added, response.compaction.compacting
+        span = tracing.child(self.span, "compaction")
         summary = await write_summary(compaction.summary)
+        tracing.end(span, {"gen_ai.usage.output_tokens": summary.output_tokens}, error=summary.problem)
         record_summary(t, summary)
         self._summary_tokens = summary.output_tokens
         if summary.text is None:
@@ -469,6 +513,7 @@ class ResponseRun:
             except Exception:  # StopAsyncIteration, a timeout or a broken engine: the call itself is complete
                 end = None
             if isinstance(end, EngineEnd):
+                self._end_call(end.reason, end)
                 if self.trace is not None:
                     self.trace.engine_end(end.reason, prompt_tokens=end.prompt_tokens, cached_tokens=end.cached_tokens)
                 self._usage_seen = True
@@ -483,11 +528,14 @@ class ResponseRun:
         author = _tool_author(call)
         tool = _TOOL_LABELS.get(call.kind, call.kind.name.lower())
         searching = call.kind is ItemKind.TOOL_SEARCH_CALL
-        if self.trace is None:
-            return await self._call_tool(call, author, tool, searching)
-        self.trace.tool_started(call)
-        result = await self._call_tool(call, author, tool, searching)
-        self.trace.tool_ended(result)
+        span = tracing.child(self.span, f"tool {tool}", {"harmony.tool": tool, "harmony.tool.recipient": author})
+        if self.trace is not None:
+            self.trace.tool_started(call)
+        with tracing.use(span):  # (an MCP call's HTTP requests are its children)
+            result = await self._call_tool(call, author, tool, searching)
+        if self.trace is not None:
+            self.trace.tool_ended(result)
+        tracing.end(span, error=result.error)
         return result
 
     async def _call_tool(self, call: ToolCall, author: str, tool: str, searching: bool) -> ToolResult:
@@ -574,20 +622,36 @@ class ResponseRun:
         if self.trace is not None:
             self.trace.engine_call(*_request_record(self._engine, self._request))
         _ENGINE_QUEUE.inc()
+        if self.span is not None:
+            self._call_sent = time.monotonic()
+            self._call_span = tracing.child(
+                self.span,
+                "engine call",
+                {
+                    "harmony.engine": engine_label(self._engine),
+                    "harmony.prompt_tokens": len(self._request.prompt_ids),
+                    "gen_ai.request.max_tokens": self._request.max_tokens,
+                },
+            )
         try:
-            self._stream = self._engine.generate(self._request)
-            self._stream_started = True
-            item = await anext(self._stream)
-            if item is ADMITTED:
-                if self.trace is not None:
-                    self.trace.engine_admitted()
-                if not at_admission:
-                    item = await anext(self._stream)
+            # Current while the engine sends the request: its traceparent (engine/_http.py), the replica chosen.
+            with tracing.use(self._call_span):
+                self._stream = self._engine.generate(self._request)
+                self._stream_started = True
+                item = await anext(self._stream)
+                if item is ADMITTED:
+                    if self.trace is not None:
+                        self.trace.engine_admitted()
+                    tracing.event(self._call_span, "admitted")
+                    if not at_admission:
+                        item = await anext(self._stream)
             return item
         except StopAsyncIteration:
+            self._end_call("error", error="the engine stream ended without a result")
             return _Empty()
         except Exception as exc:
             self.metrics.engine_failed(failure_reason(exc))
+            self._end_call("error", error=str(exc) or type(exc).__name__)
             raise
         finally:
             _ENGINE_QUEUE.dec()

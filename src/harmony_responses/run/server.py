@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from .. import tracing
 from ..engine import Engine, EngineError, EngineHealth
 from ..errors import APIError, shutting_down
 from ..ids import random_id
@@ -202,6 +203,7 @@ class Server:
         response_id = random_id("resp")
         created_at = int(time.time())
         engine, prompting = self.route(request.options.model)
+        tracing.annotate_request({"gen_ai.request.model": request.options.model, "harmony.response_id": response_id})
         run = await build_run(
             request,
             response_id=response_id,

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from .. import tracing
 from ..engine import Engine, GenerateRequest, ToolGrammar
 from ..errors import APIError
 from ..ids import random_id
@@ -204,14 +205,15 @@ async def render_prompt(
     model_request = dict(request.model_request)
     mcp = await _prepare_mcp(model_request, mcp_options)  # lists the MCP servers' tools: the prompt declares them
     fit_all = not fit and request.options.truncation != "auto"
-    rendered = await _render_prepared(
-        model_request,
-        prompting=prompting,
-        python_description=python_description,
-        truncation=request.options.truncation,
-        fit=not fit_all,
-        summarize=summarize,
-    )
+    with tracing.span("render"):
+        rendered = await _render_prepared(
+            model_request,
+            prompting=prompting,
+            python_description=python_description,
+            truncation=request.options.truncation,
+            fit=not fit_all,
+            summarize=summarize,
+        )
     return model_request, mcp, rendered
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
+from .. import tracing
 from ..engine import Engine
 from ..http import build_app
 from ..http.hosts import is_loopback
@@ -54,6 +55,8 @@ def create_app(
     Raises:
         ValueError: an engine spec is not valid (the message lists the valid forms).
     """
+    if config.otel:
+        tracing.configure()  # in each worker process: the exporter's thread is this process's
     if engine is not None:
         engines = dict.fromkeys(config.served_models, engine)
     server = Server(

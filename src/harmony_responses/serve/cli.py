@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from .. import tracing
 from ..engine import EngineUnavailable
 from ..http.connection import ApiWebSocketProtocol, answering, api_http_protocol
 from ..logs import configure as configure_logs
@@ -59,6 +60,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     """The parsed options (and the ``--config`` file under them) → a ``Config``; ValueError for a bad one (a
     model without an engine)."""
     apply_config_file(args)
+    if args.otel and not tracing.available():
+        raise ValueError(f"--otel needs OpenTelemetry's SDK and OTLP/HTTP exporter: {tracing.INSTALL}")
     plain, bound = split_engine_values(args.engines or env_list(BY_NAME["engines"]) or ())
     if plain is None and not bound:
         plain = "echo"
@@ -89,6 +92,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         trace=args.trace,
         trace_header=args.trace_header,
         trace_max_bytes=args.trace_max_bytes,
+        otel=args.otel,
         max_body_bytes=args.max_body_bytes,
         max_file_bytes=args.max_file_bytes,
         head_timeout=args.head_timeout,

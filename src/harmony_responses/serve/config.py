@@ -70,6 +70,7 @@ class Config:
         container_idle_seconds: a code interpreter container expires after this long without a call.
         trace, trace_header, trace_max_bytes: per-token traces (``tokentrace``): of every stored response, of
             those whose request asks (``x-harmony-trace: 1``), and how large one may grow.
+        otel: export OpenTelemetry traces (``harmony_responses.tracing``), configured by the ``OTEL_*`` variables.
         search_backend, search_dir, search_base_url, search_api_url, search_api_key: web search
             (``tools/browser``): the backend (``local``, the default when ``search_dir`` is set, or ``exa``),
             the local index's folder and the URL prefix of its documents (None: ``file://``), the online
@@ -100,6 +101,7 @@ class Config:
     trace: bool = False
     trace_header: bool = False
     trace_max_bytes: int = DEFAULT_TRACE_BYTES
+    otel: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     head_timeout: float = 20.0

@@ -400,6 +400,14 @@ OPTIONS: tuple[Option, ...] = (
         help="a trace stops recording tokens and events past about this size (it says it was cut)",
     ),
     Option(
+        flag="--otel",
+        group="logging",
+        switch=True,
+        help="export OpenTelemetry traces (a span per request, its rendering, engine calls, tool calls and store "
+        "writes; traceparent sent to the engines) over OTLP/HTTP, configured by the standard OTEL_* variables "
+        "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...); needs the 'otel' extra",
+    ),
+    Option(
         flag="--context-window",
         group="limits",
         metavar="TOKENS",

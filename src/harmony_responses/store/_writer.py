@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .. import tracing
 from ..metrics import STORE_WRITE_DURATION
 from ._base import AppendEvents, Op, Store
 
@@ -140,6 +141,21 @@ class Writer:
                     logger.exception("store writer callback failed")
 
     async def _write(self, groups: list[_Group]) -> None:
+        if not tracing.enabled():
+            await self._write_groups(groups)
+            return
+        # --otel: one span per batch, linked to the responses it writes for (many: it has no one parent).
+        span = tracing.start(
+            "store write",
+            {"harmony.store.ops": sum(len(g.ops) for g in groups)},
+            links=tracing.links({id(g.owner): getattr(g.owner, "span", None) for g in groups}.values()),
+        )
+        try:
+            await self._write_groups(groups)
+        finally:
+            tracing.end(span)
+
+    async def _write_groups(self, groups: list[_Group]) -> None:
         for attempt, delay in enumerate((*RETRY_DELAYS, None)):
             started = time.monotonic()
             try:
