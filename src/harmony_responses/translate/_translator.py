@@ -451,8 +451,44 @@ class Translator:
         """
         if to_first_delta:
             self._process_to_first_delta()
-        elif self._pending or self._pending_end is not None:
-            self._process_pending()
+            out, self._events = self._events, []
+            return out
+        # The per-token loop is here rather than in _process_pending: this is the call made for every engine
+        # chunk, often of one token, and a call less per chunk shows (see bench/translate_bench.py).
+        pending = self._pending
+        events = self._events
+        token_text = self._token_text
+        decoder = self._decoder
+        while pending:
+            token = pending.popleft()
+            if token.__class__ is tuple:
+                self._step(*token)
+                continue
+            # The common case inline, no call: a generated text token without a logprob inside an item whose
+            # text goes straight to deltas (Item.fast), a whole character (the decoder holds no bytes). This is
+            # _step's CONTENT/TEXT row, _append_text and _emit_delta, in that order, with the same effects.
+            if token < FIRST_SPECIAL and self.state is _CONTENT:
+                item = self._item
+                if item is not None:
+                    fast = item.fast
+                    if fast is not None and not decoder.held:
+                        text = token_text[token]
+                        if text:
+                            self.output_tokens += 1
+                            if item.reasoning:
+                                self.reasoning_tokens += 1
+                            item.parts.append(text)
+                            event = fast.copy()
+                            event["sequence_number"] = self._seq
+                            event["delta"] = text
+                            self._seq += 1
+                            events.append(event)
+                            continue
+            self._step(token, None, True)
+        if self._pending_end is not None:
+            reason, message = self._pending_end
+            self._pending_end = None
+            self._end(reason, message)
         out, self._events = self._events, []
         return out
 
@@ -559,40 +595,8 @@ class Translator:
     # ------------------------------------------------------------------ token processing
 
     def _process_pending(self) -> None:
-        pending = self._pending
-        events = self._events
-        token_text = self._token_text
-        decoder = self._decoder
-        while pending:
-            token = pending.popleft()
-            if token.__class__ is tuple:
-                self._step(*token)
-                continue
-            # The common case inline, no call: a generated text token without a logprob inside an item whose
-            # text goes straight to deltas (Item.fast), a whole character (the decoder holds no bytes). This is
-            # _step's CONTENT/TEXT row, _append_text and _emit_delta, in that order, with the same effects.
-            if token < FIRST_SPECIAL and self.state is _CONTENT:
-                item = self._item
-                if item is not None:
-                    fast = item.fast
-                    if fast is not None and not decoder.held:
-                        text = token_text[token]
-                        if text:
-                            self.output_tokens += 1
-                            if item.reasoning:
-                                self.reasoning_tokens += 1
-                            item.parts.append(text)
-                            event = fast.copy()
-                            event["sequence_number"] = self._seq
-                            event["delta"] = text
-                            self._seq += 1
-                            events.append(event)
-                            continue
-            self._step(token, None, True)
-        if self._pending_end is not None:
-            reason, message = self._pending_end
-            self._pending_end = None
-            self._end(reason, message)
+        """Process everything buffered, its events left to be taken (the loop is events()'s: put them back)."""
+        self._events = self.events()
 
     def _process_to_first_delta(self) -> None:
         pending = self._pending
