@@ -312,3 +312,26 @@ def test_files_too_long_to_ingest_fail_with_a_reason(serve: Serve, monkeypatch: 
         error = done[name].last_error
         assert done[name].status == "failed" and error is not None and error.code == "invalid_file", name
     assert "tokens" in done["tokens.txt"].last_error.message  # type: ignore[union-attr]
+
+
+def test_retention_deletes_old_files_and_idle_vector_stores(serve: Serve) -> None:
+    # Whole seconds: a file is older than 4 s at least 3 s after its upload, ample for its ingestion to end first.
+    live = serve([ANSWER], retention=4.0)
+    client = openai_client(live)
+    store = client.vector_stores.create(name="short-lived")
+    done = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id, file=("tern.txt", b"Arctic terns migrate pole to pole."), poll_interval_ms=20
+    )
+    assert done.status == "completed"
+    deadline = time.monotonic() + 60  # a bound on a wait for the purge, not a timing assertion
+    while True:
+        gone = []
+        for call in (lambda: client.files.retrieve(done.id), lambda: client.vector_stores.retrieve(store.id)):
+            try:
+                call()
+            except openai.NotFoundError:
+                gone.append(True)
+        if len(gone) == 2:
+            break
+        assert time.monotonic() < deadline, f"retention deleted {len(gone)} of the file and the vector store"
+        time.sleep(0.05)

@@ -49,6 +49,7 @@ from .live import StoredRun
 from .loop import ResponseRun
 from .start import Prompting, build_compact, build_run, count_input_tokens
 from .stored import Background, StoredResponses
+from .vector_stores import vector_store_service
 
 __all__ = ["Server"]
 
@@ -143,6 +144,10 @@ class Server:
         self.containers.start()  # probes the sandbox in the background; warns when code cannot run
         try:
             await self.stored.start()
+            # Vector stores' upkeep (resumed ingestions, expiry, retention) runs with the store's maintenance.
+            upkeep = vector_store_service(self).upkeep
+            if upkeep not in self.stored.periodic:
+                self.stored.periodic.append(upkeep)
             if not self.sealer.configured:
                 # No --secret-key: the key every process sharing this store uses, made by the first one to
                 # start. With a random key per process, a blob sealed by one replica is silently ignored by

@@ -35,7 +35,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -161,6 +161,8 @@ class StoredResponses:
         self._store: Store | None = None
         self.retention = retention
         self.live: dict[str, LiveResponse] = {}
+        # More upkeep run at every heartbeat (run/vector_stores.py: resuming ingestions, files' retention).
+        self.periodic: list[Callable[[], Awaitable[None]]] = []
         self._maintenance: asyncio.Task[None] | None = None
         # Why the store fails its writes, from the last heartbeat's (or maintenance read's) failure until a
         # heartbeat commits again: GET /ready says it, and stored requests are refused meanwhile.
@@ -524,6 +526,8 @@ class StoredResponses:
                         logger.warning("store maintenance works again")
                         self.problem = None
                     await self.recover()
+                    for upkeep in self.periodic:
+                        await upkeep()
                 if purge_every is not None and retention and now >= next_purge:
                     next_purge = now + purge_every
                     purged = await self.store.purge(time.time() - retention)

@@ -5,9 +5,10 @@ and starts a task here that reads the file's bytes, extracts its text and chunks
 CPU work) and ends the row ``completed`` with its chunks, or ``failed`` with ``last_error``
 (``unsupported_file``, ``invalid_file``, ``server_error``) — in one transaction that writes nothing if the
 file was detached or re-attached meanwhile. A process that dies (or stops) mid-ingestion leaves rows
-``in_progress`` under a process whose lease has lapsed: every vector-store request first (at most every
-``RECOVER_EVERY`` seconds) takes such rows over and ingests them again from the start, so none is left
-``in_progress`` for good.
+``in_progress`` under a process whose lease has lapsed: the store's maintenance in every process (``upkeep``,
+at each heartbeat) and every vector-store request, at most every ``RECOVER_EVERY`` seconds, take such rows
+over and ingest them again from the start, so none is left ``in_progress`` for good. ``upkeep`` also applies
+``--retention`` to files and vector stores and drops what belongs to no file or store any more.
 
 Search (``search``): each query's words (``store.query_terms``) against the chunks of the stores' completed
 files that pass ``filters`` (run in Python over the files' attributes, ``tools/file_search/_filters.py``),
@@ -22,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import APIError
 from ..ids import random_id
@@ -47,13 +48,16 @@ from ..tools.file_search import (
     matches,
     parse_chunking,
 )
-from .server import Server
+
+if TYPE_CHECKING:
+    from .server import Server
 
 __all__ = ["VectorStoreFile", "VectorStoreRecord", "VectorStoreService", "vector_store_service"]
 
 logger = logging.getLogger("harmony_responses.file_search")
 
 RECOVER_EVERY = 5.0
+PURGE_EVERY = 60.0  # at most; with --retention R, every R/2 when that is shorter (as responses are purged)
 LEASE_LAPSED = 30.0  # seconds without a heartbeat (every 2 s) after which a process is taken for gone
 MAX_ATTRIBUTES = 16
 MAX_RESULTS = 50
@@ -152,6 +156,7 @@ class VectorStoreService:
         self.server = server
         self._tasks: set[asyncio.Task[None]] = set()
         self._recovered_at: float | None = None
+        self._purged_at: float | None = None
 
     @property
     def stores(self) -> VectorStores:
@@ -409,6 +414,25 @@ class VectorStoreService:
                     "resuming the ingestion of %s into %s (its process is gone)", row.file_id, row.vector_store_id
                 )
                 self._start(row)
+
+    async def upkeep(self) -> None:
+        """Run at every heartbeat of the store's maintenance (``StoredResponses.periodic``): resume ingestions a
+        gone process left, sweep expired files and stale uploads, and drop what belongs to no file or store any
+        more; with ``--retention``, files uploaded and stores not active for that long are deleted, as
+        responses are."""
+        await self.recover()
+        await self.files.tidy()
+        retention = self.server.stored.retention
+        every = min(PURGE_EVERY, retention / 2) if retention else PURGE_EVERY
+        now = time.monotonic()
+        if self._purged_at is not None and now - self._purged_at < every:
+            return
+        self._purged_at = now
+        before = time.time() - retention if retention else None
+        files = await self.files.purge(before) if before is not None else 0
+        stores = await self.stores.purge(before)
+        if files or stores:
+            logger.info("retention: deleted %d files and %d vector stores", files, stores)
 
     async def aclose(self) -> None:
         """Stop this process's ingestions (the server stops): they are resumed by the next process."""

@@ -104,6 +104,10 @@ class FileStore(abc.ABC):
         """Delete expired files, and uploads begun before ``stale_before`` (Unix seconds) that never completed;
         returns how many rows went."""
 
+    @abc.abstractmethod
+    async def purge(self, before: float) -> int:
+        """``--retention``: delete the files uploaded before ``before`` (Unix seconds); returns how many."""
+
     _swept_at: float | None = None
 
     async def tidy(self) -> None:
@@ -218,6 +222,14 @@ class SQLiteFiles(FileStore):
             ]
         )
 
+    async def purge(self, before: float) -> int:
+        return await self._write(
+            [
+                ("DELETE FROM files WHERE created_at < ?", (int(before),)),
+                ("DELETE FROM file_parts WHERE file_id NOT IN (SELECT id FROM files)", ()),
+            ]
+        )
+
 
 class PostgresFiles(FileStore):
     """Files in the PostgreSQL store, through its pool."""
@@ -318,6 +330,12 @@ class PostgresFiles(FileStore):
                 stale_before,
                 int(time.time()),
             )
+            await conn.execute("DELETE FROM file_parts WHERE file_id NOT IN (SELECT id FROM files)")
+        return int(status.split()[-1])
+
+    async def purge(self, before: float) -> int:
+        async with self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute("DELETE FROM files WHERE created_at < $1", int(before))
             await conn.execute("DELETE FROM file_parts WHERE file_id NOT IN (SELECT id FROM files)")
         return int(status.split()[-1])
 

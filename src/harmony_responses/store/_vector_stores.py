@@ -482,6 +482,23 @@ class VectorStores:
             params = (new, store_id, file_id, old)
         return (await self.db.transaction([(sql, params)]))[0] == 1
 
+    async def purge(self, before: float | None) -> int:
+        """Delete what belongs to no file or store any more: the rows and chunks of files that are gone
+        (expired, purged) and, with ``before`` (``--retention``), the stores not active since; returns how many
+        stores went."""
+        statements: list[Statement | Many] = []
+        if before is not None:
+            statements.append(("DELETE FROM vector_stores WHERE last_active_at < ?", (int(before),)))
+        gone_store = "vector_store_id NOT IN (SELECT id FROM vector_stores)"
+        gone_file = "file_id NOT IN (SELECT id FROM files)"
+        statements += [
+            (f"DELETE FROM vector_store_files WHERE {gone_store} OR {gone_file}", ()),
+            (f"DELETE FROM vector_store_batches WHERE {gone_store}", ()),
+            (f"DELETE FROM chunks WHERE {gone_store} OR {gone_file}", ()),
+        ]
+        counts = await self.db.transaction(statements)
+        return counts[0] if before is not None else 0
+
     # ------------------------------------------------------------------ batches
 
     async def create_batch(self, batch_id: str, store_id: str, owner: str, created_at: int) -> None:
