@@ -2,7 +2,7 @@
 revision before tracing.
 
 Run: ``python bench/otel_bench.py [REV]``. REV (default: the parent of the commit that added
-``tracing.py``) is checked out in a temporary git worktree and served with its ``src`` ahead of the installed
+``tracing``) is checked out in a temporary git worktree and served with its ``src`` ahead of the installed
 package. Each server is a real ``serve`` process with the replay engine (a final answer of ``TOKENS`` tokens, a
 token per chunk); ``--otel`` exports to a collector in this process that reads and drops every export (so the
 exporter's work is all in the figure). The client (``_sse_client.py``) runs ``STREAMS`` concurrent streams and
@@ -48,8 +48,9 @@ class _Sink(BaseHTTPRequestHandler):
 
 
 def _default_rev() -> str:
+    """The parent of the first commit importing ``tracing`` in the app (its hunks went in before tracing.py)."""
     added = subprocess.run(
-        ["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "--", "src/harmony_responses/tracing.py"],
+        ["git", "-C", str(ROOT), "log", "-Sfrom .. import tracing", "--format=%H", "--", "src/harmony_responses/http"],
         capture_output=True,
         text=True,
         check=True,
@@ -81,7 +82,10 @@ def _measure(src: Path | None, otel: bool, script: Path, collector: str, workdir
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc)
+        try:
+            wait_healthy(url, proc)
+        except RuntimeError:
+            raise RuntimeError(f"{argv}: {proc.stderr.read().decode() if proc.stderr else ''}") from None
         result = client(url, STREAMS, REPEATS)
         return result["events"] / result["seconds"], _first_token_p50(url, workdir)
     finally:

@@ -126,11 +126,17 @@ def _children(spans: list[Span], parent: Span) -> dict[str, Span]:
     return {s.name: s for s in spans if s.parent == parent.span_id and s.trace_id == parent.trace_id}
 
 
-def test_a_streamed_call_and_its_background_answer_are_traced_into_the_engine() -> None:
+def test_a_streamed_tool_loop_and_its_background_answer_are_traced_into_the_engine() -> None:
+    # The server runs the tool search (a built-in tool) between two engine calls; the model then calls the function
+    # it loaded, and the client's function output is answered in the background.
+    search = harmony(
+        '<|channel|>commentary to=functions.tool_search <|constrain|>json<|message|>{"query": "weather"}<|call|>'
+    )
     call = harmony(
         '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
     )
     answer = harmony("<|channel|>final<|message|>Sunny in Paris.<|return|>")
+    tools: Any = [{"type": "tool_search"}, {**WEATHER, "defer_loading": True}]
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": "",
         "OTEL_SERVICE_NAME": "gateway-under-test",
@@ -138,7 +144,7 @@ def test_a_streamed_call_and_its_background_answer_are_traced_into_the_engine() 
     }
     with (
         collector() as otlp,
-        run_fake(VLLMFake(Scenario(tokens=call), Scenario(tokens=answer))) as fake,
+        run_fake(VLLMFake(Scenario(tokens=search), Scenario(tokens=call), Scenario(tokens=answer))) as fake,
     ):
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp.url
         with server_process(["--engine", "vllm", "--engine-url", fake.url, "--otel"], env=env) as server:
@@ -149,20 +155,20 @@ def test_a_streamed_call_and_its_background_answer_are_traced_into_the_engine() 
                 client.responses.create(
                     model=model,
                     input="Weather in Paris?",
-                    tools=[WEATHER],  # type: ignore[list-item]
+                    tools=tools,
                     stream=True,
                     extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "k=v"},
                 )
             )
             first = events[-1].response  # type: ignore[union-attr]
-            (function_call,) = first.output
-            assert function_call.type == "function_call"
+            assert [item.type for item in first.output] == ["tool_search_call", "tool_search_output", "function_call"]
+            function_call = first.output[-1]
             # 2. The tool loop's next turn, in the background: its run outlives the request that started it.
             queued = client.responses.create(
                 model=model,
                 previous_response_id=first.id,
                 input=[{"type": "function_call_output", "call_id": function_call.call_id, "output": "sunny"}],
-                tools=[WEATHER],  # type: ignore[list-item]
+                tools=tools,
                 background=True,
             )
             done = list(client.responses.retrieve(queued.id, stream=True))[-1].response  # type: ignore[union-attr]
@@ -173,7 +179,7 @@ def test_a_streamed_call_and_its_background_answer_are_traced_into_the_engine() 
                 return (
                     queued.id in runs
                     and first.id in runs
-                    and len(_named(spans, "engine call")) == 2
+                    and len(_named(spans, "engine call")) == 3
                     and any(runs[queued.id].span_id in s.links for s in _named(spans, "store write"))
                 )
 
@@ -193,14 +199,19 @@ def test_a_streamed_call_and_its_background_answer_are_traced_into_the_engine() 
     assert {"start lane", "validate", "render", "response"} <= set(parts)
     run = parts["response"]
     assert run.attributes["harmony.response.status"] == "completed"
+    assert run.attributes["harmony.tool_calls"] == 0  # (a tool search is not counted against max_tool_calls)
     assert run.attributes["gen_ai.usage.input_tokens"] == first.usage.input_tokens  # type: ignore[union-attr]
-    engine_call = _children(spans, run)["engine call"]
-    assert engine_call.attributes["gen_ai.response.finish_reasons"] == ["stop"]
-    assert engine_call.attributes["gen_ai.usage.output_tokens"] == len(call)
-    assert engine_call.attributes["harmony.time_to_first_token"] > 0
-    # The engine was sent the engine call's context, and the client's tracestate.
-    assert fake.headers[0]["traceparent"] == f"00-{CLIENT_TRACE}-{engine_call.span_id}-01"
-    assert fake.headers[0]["tracestate"] == "k=v"
+    in_run = [s for s in spans if s.parent == run.span_id]
+    assert [s.name for s in in_run] == ["engine call", "tool tool_search", "engine call"]  # in the order they ended
+    searched, _, called = in_run
+    assert searched.attributes["gen_ai.usage.output_tokens"] == len(search)
+    assert called.attributes["gen_ai.usage.output_tokens"] == len(call)
+    assert called.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    assert all(s.attributes["harmony.time_to_first_token"] > 0 for s in (searched, called))
+    # Each engine request was sent its engine call's context, and the client's tracestate.
+    for sent, engine_call in zip(fake.headers[:2], (searched, called), strict=True):
+        assert sent["traceparent"] == f"00-{CLIENT_TRACE}-{engine_call.span_id}-01"
+        assert sent["tracestate"] == "k=v"
 
     # The background response: a trace of its own (the client sent none), its run a child of its request.
     (background,) = _named(spans, "POST /v1/responses", **{"harmony.response_id": queued.id})
@@ -208,7 +219,7 @@ def test_a_streamed_call_and_its_background_answer_are_traced_into_the_engine() 
     bg_run = _children(spans, background)["response"]
     assert bg_run.attributes["harmony.response.status"] == "completed"
     bg_call = _children(spans, bg_run)["engine call"]
-    version, trace_id, parent, flags = fake.headers[1]["traceparent"].split("-")
+    version, trace_id, parent, flags = fake.headers[2]["traceparent"].split("-")
     assert (version, trace_id, parent) == ("00", background.trace_id, bg_call.span_id)
     assert int(flags, 16) & 1  # sampled (the SDK also sets W3C's random-trace-id flag here: 03)
     # The store's writes are batches of many responses': linked to the runs, not children of one.
