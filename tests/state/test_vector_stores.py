@@ -335,3 +335,23 @@ def test_retention_deletes_old_files_and_idle_vector_stores(serve: Serve) -> Non
             break
         assert time.monotonic() < deadline, f"retention deleted {len(gone)} of the file and the vector store"
         time.sleep(0.05)
+
+
+def test_attaching_again_ingests_with_the_new_strategy(serve: Serve) -> None:
+    live = serve([ANSWER])
+    client = openai_client(live)
+    store = client.vector_stores.create(name="again")
+    uploaded = client.files.create(file=("long.txt", ("word " * 3000).encode()), purpose="assistants")
+    client.vector_stores.files.create(vector_store_id=store.id, file_id=uploaded.id)  # auto: 800-token chunks
+    small = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}
+    again = client.vector_stores.files.create_and_poll(
+        vector_store_id=store.id,
+        file_id=uploaded.id,
+        chunking_strategy=small,  # type: ignore[arg-type]
+        poll_interval_ms=20,
+    )
+    assert again.status == "completed"
+    assert again.chunking_strategy.static.max_chunk_size_tokens == 100  # type: ignore[union-attr]
+    # The first ingestion, stopped or finished before, left none of its chunks: 3000 tokens in chunks of 100.
+    assert len(list(client.vector_stores.search(store.id, query="word", max_num_results=50))) == 30
+    assert client.vector_stores.retrieve(store.id).file_counts.total == 1

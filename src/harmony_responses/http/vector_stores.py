@@ -181,7 +181,7 @@ async def update_file(request: Request) -> Response:
 async def detach_file(request: Request) -> Response:
     service, record = await _store(request)
     file_id = request.path_params["file_id"]
-    if not await service.stores.detach(record.id, file_id):
+    if not await service.detach(record.id, file_id):
         raise APIError(f"No file found with id '{file_id}' in vector store '{record.id}'.", status=404)
     return json_response({"id": file_id, "object": "vector_store.file.deleted", "deleted": True})
 
@@ -212,7 +212,7 @@ async def cancel_batch(request: Request) -> Response:
     service, record = await _store(request)
     batch_id = request.path_params["batch_id"]
     await _batch(service, record, batch_id)  # a 404 first for a batch of another store
-    await service.stores.cancel_batch(batch_id)
+    await service.cancel_batch(record.id, batch_id)
     return await _batch(service, record, batch_id)
 
 

@@ -154,7 +154,10 @@ class VectorStoreService:
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self._tasks: set[asyncio.Task[None]] = set()
+        # This process's ingestions by (vector store, file): a file attached again, detached or cancelled stops
+        # its running ingestion here, which would otherwise end the new row (same process, also in_progress)
+        # with the old one's chunks. Another process's ingestion is told apart by its holder (finish_file).
+        self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._recovered_at: float | None = None
         self._purged_at: float | None = None
 
@@ -355,14 +358,37 @@ class VectorStoreService:
 
     async def forget_file(self, file_id: str, owner: str) -> None:
         """A deleted file leaves every vector store (its ingestion, if running, then writes nothing)."""
+        for store_id, running in list(self._running):
+            if running == file_id:
+                self.stop(store_id, file_id)
         await self.stores.forget_file(file_id, owner)
 
     # ------------------------------------------------------------------ ingestion
 
     def _start(self, row: VectorStoreFile) -> None:
+        key = (row.vector_store_id, row.file_id)
+        self.stop(*key)
         task = asyncio.get_running_loop().create_task(self._ingest(row, self.process_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._running[key] = task
+        task.add_done_callback(lambda done: self._running.pop(key, None) if self._running.get(key) is done else None)
+
+    def stop(self, store_id: str, file_id: str) -> None:
+        """Stop this process's ingestion of the file into the store, if one runs."""
+        task = self._running.pop((store_id, file_id), None)
+        if task is not None:
+            task.cancel()
+
+    async def cancel_batch(self, store_id: str, batch_id: str) -> None:
+        """The batch's files still in progress end ``cancelled`` (their ingestions here stopped)."""
+        page = await self.stores.list_files(store_id, after=None, limit=10_000, order="asc", batch_id=batch_id)
+        for row in page[0] if page is not None else ():
+            if row.status == "in_progress":
+                self.stop(store_id, row.file_id)
+        await self.stores.cancel_batch(batch_id)
+
+    async def detach(self, store_id: str, file_id: str) -> bool:
+        self.stop(store_id, file_id)
+        return await self.stores.detach(store_id, file_id)
 
     async def _ingest(self, row: VectorStoreFile, holder: str) -> None:
         chunks: list[str] = []
@@ -436,7 +462,8 @@ class VectorStoreService:
 
     async def aclose(self) -> None:
         """Stop this process's ingestions (the server stops): they are resumed by the next process."""
-        tasks = list(self._tasks)
+        tasks = list(self._running.values())
+        self._running.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
