@@ -93,11 +93,37 @@ def test_structural_tag_holds_a_strict_function_and_a_namespace_function(kind: s
         response = s.post({"input": "Weather?", "tools": [WEATHER, NAMESPACED, loose]}).json()
         assert response["output"][-1]["arguments"] == json.dumps(VALID[0])
         tags = {t["begin"]: t for t in tag_of(s.fake.requests[0], kind)["format"]["tags"]}
-    assert {begin.rstrip() for begin in tags if begin.endswith(" ")} == {"to=functions.get_weather", "to=geo.find"}
+    assert {begin.rstrip() for begin in tags if begin.endswith(" ")} == {
+        "to=functions.get_weather",
+        "to=geo.find",
+        "to=functions.loose",
+    }
     for begin in ("to=functions.get_weather<|message|>", "to=geo.find<|message|>"):
         content = tags[begin]["content"]
         assert content["type"] == "grammar"
         judge(content["grammar"])
+    # --constrain-function-arguments json (the default): a non-strict function's arguments are one JSON object.
+    any_object = tags["to=functions.loose<|message|>"]["content"]["grammar"]
+    assert "root ::= object" in any_object and "value ::=" in any_object
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+@pytest.mark.parametrize("mode", ["schema", "off"])
+def test_constrain_function_arguments_schema_and_off(kind: str, mode: str) -> None:
+    loose = {**WEATHER, "name": "loose", "strict": False}
+    optional = {**loose, "name": "optional", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
+    with stack(kind, FAKES[kind](Scenario(tokens=CALL)), constrain_function_arguments=mode) as s:
+        s.post({"input": "Weather?", "tools": [WEATHER, loose, optional]})
+        tags = {t["begin"]: t for t in tag_of(s.fake.requests[0], kind)["format"]["tags"]}
+    strict = tags["to=functions.get_weather<|message|>"]["content"]["grammar"]
+    judge(strict)  # strict functions are held to their schema in every mode
+    if mode == "off":
+        assert "to=functions.loose " not in tags and "to=functions.optional " not in tags
+        return
+    # schema: a non-strict schema a grammar can hold is held as if strict; one it cannot (an optional
+    # property), to one JSON object.
+    assert tags["to=functions.loose<|message|>"]["content"]["grammar"] == strict
+    assert "root ::= object" in tags["to=functions.optional<|message|>"]["content"]["grammar"]
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -128,9 +154,10 @@ def test_llamacpp_lazy_grammar_holds_a_strict_function() -> None:
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang", "llamacpp"])
-def test_non_strict_functions_and_tool_choice_none_are_not_constrained(kind: str) -> None:
+def test_non_strict_functions_under_off_and_tool_choice_none_are_not_constrained(kind: str) -> None:
     answer = harmony("<|channel|>final<|message|>Done.<|return|>")
-    with stack(kind, FAKES[kind](Scenario(tokens=answer), Scenario(tokens=answer))) as s:
+    fake = FAKES[kind](Scenario(tokens=answer), Scenario(tokens=answer))
+    with stack(kind, fake, constrain_function_arguments="off") as s:
         assert s.post({"input": "Hi", "tools": [{**WEATHER, "strict": False}]}).json()["status"] == "completed"
         assert s.post({"input": "Hi", "tools": [WEATHER], "tool_choice": "none"}).json()["status"] == "completed"
         for sent in s.fake.requests:

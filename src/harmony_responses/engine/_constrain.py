@@ -7,7 +7,8 @@ Only parts of a completion are constrained, never the Harmony headers, the analy
   ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{"input": "…"}<|call|>`` (or the
   recipient before the channel), and what follows ``<|message|>`` is held to ``_grammar.input_grammar``;
 - a strict function's arguments (``syntax="json_schema"``, in ``functions`` or a namespace ``N``: the call
-  is ``to=N.NAME``) the same way, held to ``_schema_grammar.schema_grammar`` of its parameters.
+  is ``to=N.NAME``) the same way, held to ``_schema_grammar.schema_grammar`` of its parameters; another
+  function's (``syntax="json_object"``, ``--constrain-function-arguments json``) to one JSON object.
 
 A call is recognised by ``to=NAMESPACE.NAME`` followed by what may follow a recipient in a header (a
 space, ``<|channel|>``, ``<|constrain|>``, ``<|message|>``), so that a tool whose name begins another's is
@@ -33,7 +34,7 @@ from typing import Any
 from ..vocab import load_vocabulary
 from ._base import GenerateRequest, ToolGrammar
 from ._grammar import UnsupportedGrammar, input_grammar
-from ._schema_grammar import schema_grammar
+from ._schema_grammar import object_grammar, schema_grammar
 
 __all__ = ["final_channel_tag", "lazy_grammar", "structural_tag"]
 
@@ -89,6 +90,8 @@ def _prompt_tail(prompt_ids: list[int]) -> str:
 
 def _tool_grammar(tool: ToolGrammar, prefix: str) -> str | None:
     """The EBNF (rule ``{prefix}root``) of what a call of ``tool`` writes after ``<|message|>``, or None."""
+    if tool.syntax == "json_object":
+        return object_grammar(prefix)
     if tool.syntax != "json_schema":
         return input_grammar(tool.syntax, tool.definition, prefix)
     try:

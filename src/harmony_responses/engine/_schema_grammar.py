@@ -29,7 +29,7 @@ import orjson
 
 from ._grammar import UnsupportedGrammar, _literal, _regex_ebnf
 
-__all__ = ["schema_grammar", "schema_problem"]
+__all__ = ["object_grammar", "schema_grammar", "schema_problem"]
 
 _ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly"}
@@ -201,14 +201,15 @@ class _Writer:
             return self.base("string")
         return self.new_rule(f'"\\u0022" {self.base("char")}{_repeat(low, high)} "\\u0022"')
 
-    def grammar(self) -> str:
-        root = self.ref("#", ())  # the root by reference, so that a "$ref": "#" inside is the same rule
+    def grammar(self, any_object: bool = False) -> str:
+        # The root by reference, so that a "$ref": "#" inside is the same rule.
+        root = self.base("object") if any_object else self.ref("#", ())
         lines = [f"{self.prefix}root ::= {root}"]
         lines += [f"{name} ::= {body}" for name, body in self.rules.items()]
         # The generic rules refer to one another (value → object → string ...): include what is reachable.
         needed = set(self.used_base)
-        if "value" in needed:
-            needed |= {"object", "array", "string", "number", "integer", "boolean", "null", "ws", "char"}
+        if needed & {"value", "object", "array"}:
+            needed |= {"value", "object", "array", "string", "number", "integer", "boolean", "null", "ws", "char"}
         if "string" in needed:
             needed.add("char")
         if "number" in needed:
@@ -306,6 +307,13 @@ def schema_grammar(encoded: str, prefix: str = "") -> str:
         return _cached(encoded, prefix)
     except RecursionError:
         raise UnsupportedGrammar("the schema nests too deeply to be constrained.") from None
+
+
+@functools.lru_cache(maxsize=16)
+def object_grammar(prefix: str = "") -> str:
+    """EBNF (rule ``{prefix}root``) for any one JSON object: what ``--constrain-function-arguments json``
+    holds a function's arguments to."""
+    return _Writer({}, prefix).grammar(any_object=True)
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from .. import tracing
-from ..engine import Engine, GenerateRequest, ToolGrammar
+from ..engine import Engine, GenerateRequest, ToolGrammar, grammar_schema_problem
 from ..errors import APIError
 from ..ids import random_id
 from ..logs import request_arrived
@@ -64,6 +64,10 @@ class Prompting:
     # A request asking for reasoning.summary gets each reasoning item's own text as its summary (gpt-oss writes
     # no summaries); False: summary stays [] (--reasoning-summaries none).
     reasoning_summaries: bool = True
+    # What a call of a function without strict: true is held to on engines that constrain calls
+    # (--constrain-function-arguments): "json" one JSON object, "schema" its schema where a grammar can hold
+    # it (as if strict, else one JSON object), "off" nothing. Strict functions are held to their schema always.
+    constrain_function_arguments: str = "json"
 
 
 def wants_summary(body: dict[str, Any]) -> bool:
@@ -85,18 +89,22 @@ def _browser_session(web_search: WebSearch | None, request: ResponseRequest) -> 
     return web_search.session(declared[0], include_sources=include_sources)
 
 
-def _strict_function(tool: Any, namespace: str) -> ToolGrammar | None:
-    """A ``strict: true`` function's schema grammar (request/validate.py refused what cannot be held to one)."""
-    if not isinstance(tool, dict) or tool.get("type") != "function" or tool.get("strict") is not True:
+def _function_grammar(tool: Any, namespace: str, mode: str) -> ToolGrammar | None:
+    """What a function's arguments are held to: a ``strict: true`` function's schema (request/validate.py
+    refused what cannot be held to one), another's as ``mode`` says (``Prompting``)."""
+    if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
         return None
-    name, parameters = tool.get("name"), tool.get("parameters")
-    if not isinstance(name, str) or not isinstance(parameters, dict):
-        return None
-    definition = orjson.dumps(parameters).decode()
-    return ToolGrammar(name=name, syntax="json_schema", definition=definition, namespace=namespace)
+    name, parameters = tool["name"], tool.get("parameters")
+    strict = tool.get("strict") is True
+    if isinstance(parameters, dict) and (strict or (mode == "schema" and grammar_schema_problem(parameters) is None)):
+        definition = orjson.dumps(parameters).decode()
+        return ToolGrammar(name=name, syntax="json_schema", definition=definition, namespace=namespace)
+    if mode in ("json", "schema"):
+        return ToolGrammar(name=name, syntax="json_object", definition="", namespace=namespace)
+    return None
 
 
-def _tool_grammars(model_request: dict[str, Any]) -> tuple[ToolGrammar, ...]:
+def _tool_grammars(model_request: dict[str, Any], mode: str = "json") -> tuple[ToolGrammar, ...]:
     """The grammars of the custom tools and strict functions the prompt declares, for engines that constrain
     a call's input."""
     if model_request.get("tool_choice") == "none":
@@ -110,15 +118,15 @@ def _tool_grammars(model_request: dict[str, Any]) -> tuple[ToolGrammar, ...]:
             name, definition = tool.get("name"), fmt.get("definition")
             if isinstance(name, str) and isinstance(definition, str):
                 out.append(ToolGrammar(name=name, syntax=fmt["syntax"], definition=definition))
-        strict = _strict_function(tool, "functions")
-        if strict is not None:
-            out.append(strict)
+        function = _function_grammar(tool, "functions", mode)
+        if function is not None:
+            out.append(function)
         if tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
             for member in tool.get("tools") or ():
                 member = {"type": "function", **member} if isinstance(member, dict) else member
-                strict = _strict_function(member, tool["name"])
-                if strict is not None:
-                    out.append(strict)
+                function = _function_grammar(member, tool["name"], mode)
+                if function is not None:
+                    out.append(function)
     return tuple(out)
 
 
@@ -468,7 +476,7 @@ async def build_run(
             top_p=options.top_p,
             top_logprobs=options.top_logprobs,
             response_schema=options.response_schema,
-            tool_grammars=_tool_grammars(model_request),
+            tool_grammars=_tool_grammars(model_request, prompting.constrain_function_arguments),
             request_id=response_id,
             affinity=affinity_keys(request),
             priority=TIER_PRIORITY.get(request.body.get("service_tier"), 0),  # the tier used (http/quotas.py)

@@ -68,6 +68,7 @@ def create_app(
             current_date=config.current_date,
             knowledge_cutoff=config.knowledge_cutoff,
             reasoning_summaries=config.reasoning_summaries == "reasoning",
+            constrain_function_arguments=config.constrain_function_arguments,
         ),
         containers=ContainerManager(
             limits=config.code_interpreter,

@@ -105,6 +105,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         context_window=args.context_window,
         secret_key=args.secret_key,
         reasoning_summaries=args.reasoning_summaries,
+        constrain_function_arguments=args.constrain_function_arguments,
         store=args.store,
         data_dir=args.data_dir,
         retention=args.retention,

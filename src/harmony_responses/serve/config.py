@@ -57,6 +57,9 @@ class Config:
         reasoning_summaries: what a request asking for ``reasoning.summary`` gets: ``reasoning`` (each
             reasoning item's own text, streamed as its summary: gpt-oss writes no summaries) or ``none``
             (``summary: []``, as for a model without summaries).
+        constrain_function_arguments: what a non-strict function's call is held to on engines that
+            constrain calls: ``json`` (one JSON object), ``schema`` (its schema, as if strict, where a
+            grammar can hold it) or ``off``.
         store: where stored responses and conversations live (``harmony_responses.store``): ``sqlite`` (a
             file in ``data_dir``, the default), ``sqlite:PATH``, or a ``postgresql://…`` URL that several
             server processes may share.
@@ -114,6 +117,7 @@ class Config:
     context_window: int = DEFAULT_CONTEXT_WINDOW
     secret_key: str | None = field(default=None, repr=False)
     reasoning_summaries: str = "reasoning"
+    constrain_function_arguments: str = "json"
     store: str = "sqlite"
     data_dir: str | None = None
     retention: float | None = None

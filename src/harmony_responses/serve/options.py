@@ -50,6 +50,7 @@ __all__ = [
 ENV_PREFIX = "HARMONY_RESPONSES_"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 REASONING_SUMMARY_SOURCES = ("reasoning", "none")
+FUNCTION_ARGUMENT_CONSTRAINTS = ("json", "schema", "off")
 DEFAULT_MODELS: tuple[str, ...] = ("gpt-oss-120b", "gpt-oss-20b")
 # gpt-oss's context window (harmony.md): prompt plus generation.
 DEFAULT_CONTEXT_WINDOW = 131_072
@@ -500,6 +501,15 @@ OPTIONS: tuple[Option, ...] = (
         help="what a request asking for reasoning.summary gets: 'reasoning' streams each reasoning item's own text "
         "as its summary (gpt-oss writes no summaries; the summary is the chain of thought, verbatim), 'none' "
         "leaves summary empty",
+    ),
+    Option(
+        flag="--constrain-function-arguments",
+        group="tools",
+        choices=FUNCTION_ARGUMENT_CONSTRAINTS,
+        default="json",
+        help="what a call of a function without strict: true is held to on engines that constrain calls (vLLM, "
+        "SGLang, llama.cpp): 'json' one JSON object, 'schema' its parameters' schema where a grammar can hold it "
+        "(as if strict; else one JSON object), 'off' nothing. Strict functions are always held to their schema",
     ),
     Option(
         flag="--mcp-allowed-hosts",
