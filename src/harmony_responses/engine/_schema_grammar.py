@@ -193,7 +193,7 @@ class _Writer:
                 raise UnsupportedGrammar(f"In context={path!r}, 'format' {fmt!r} is not supported.")
             regex = _FORMATS[fmt] if fmt is not None else _unanchored(pattern, path)
             try:
-                body = _regex_ebnf(regex)
+                body = _regex_body(regex)
             except UnsupportedGrammar as exc:
                 raise UnsupportedGrammar(f"In context={path!r}, 'pattern' cannot be constrained: {exc}") from None
             return self.new_rule(f'"\\u0022" {body} "\\u0022"')
@@ -214,12 +214,8 @@ class _Writer:
             needed.add("char")
         if "number" in needed:
             needed.add("integer")
-        for name in _BASE:
-            if name in needed:
-                body = _BASE[name]
-                for other in _BASE:
-                    body = _rename(body, other, self.prefix + other)
-                lines.append(f"{self.prefix}{name} ::= {body}")
+        base = _prefixed_base(self.prefix)
+        lines += [f"{self.prefix}{name} ::= {base[name]}" for name in _BASE if name in needed]
         return "\n".join(lines) + "\n"
 
 
@@ -244,6 +240,23 @@ _KNOWN = frozenset(
         "maxLength",
     }
 )
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex_body(regex: str) -> str:
+    # The same formats and patterns recur across a request's tools (and requests): written out once.
+    return _regex_ebnf(regex)
+
+
+@functools.lru_cache(maxsize=256)
+def _prefixed_base(prefix: str) -> dict[str, str]:
+    """The generic rules' bodies with every rule they use under ``prefix`` (once per prefix)."""
+    out = {}
+    for name, body in _BASE.items():
+        for other in _BASE:
+            body = _rename(body, other, prefix + other)
+        out[name] = body
+    return out
 
 
 def _rename(body: str, name: str, new: str) -> str:

@@ -1,0 +1,150 @@
+"""Grammar cost of strict tools (issue 26): building the grammars per request, and llama.cpp's cost of them.
+
+Run: ``python bench/strict_tools_bench.py`` (the llama.cpp part runs when ``LLAMACPP_SERVER`` and
+``LLAMACPP_CONVERT`` are set, as ``scripts/engines/llamacpp`` prints them). For 1, 10 and 50 strict
+function tools of Codex's size (a dozen properties each: strings, enums, integers, arrays, a nested object):
+
+1. ours: the time to build the structural tag (vLLM, SGLang) and the lazy GBNF grammar (llama.cpp) for a
+   request, cold (grammar caches cleared) and warm (the same tools again, as clients resend them), against
+   the floor of serialising the same tools with orjson (the least a request with them costs), same run;
+2. llama.cpp: the wall time of a real ``llama-server`` (the scripted tiny model of tests/real_engines)
+   writing the same 30-token call, with the tools' lazy grammar and without, medians of alternating runs;
+   the difference is llama.cpp's parsing of the grammar plus its masking of the constrained tokens.
+
+vLLM and SGLang compile the structural tag with xgrammar in their own process (they cache compiled
+grammars by the tag's text); their tier is not installed on this machine, so no figure for them here.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harmony_responses.engine import GenerateRequest, ToolGrammar, _constrain, _schema_grammar
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SIZES = (1, 10, 50)
+ROUNDS = int(os.environ.get("STRICT_ROUNDS", "7"))
+
+
+def codex_sized(i: int) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "path": {"type": "string", "description": "A file path."},
+        "mode": {"type": "string", "enum": ["read", "write", f"append_{i}"]},  # every tool's schema differs
+        "line": {"type": "integer"},
+        "count": {"type": ["integer", "null"]},
+        "dry_run": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        "when": {"type": "string", "format": "date-time"},
+        "owner": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "email": {"type": "string", "format": "email"}},
+            "required": ["name", "email"],
+            "additionalProperties": False,
+        },
+        "ticket": {"type": "string", "pattern": "^[A-Z]{2,4}-[0-9]+$"},
+        "reason": {"type": "string"},
+        "priority": {"type": "string", "enum": ["low", "normal", "high"]},
+        "timeout_ms": {"type": "number"},
+    }
+    schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    name = "get_weather" if i == 0 else f"tool_{i}"
+    if i == 0:
+        schema = {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        }
+    return {"type": "function", "name": name, "description": "A tool.", "parameters": schema, "strict": True}
+
+
+def request_for(tools: list[dict[str, Any]], prompt: list[int]) -> GenerateRequest:
+    grammars = tuple(
+        ToolGrammar(name=t["name"], syntax="json_schema", definition=orjson.dumps(t["parameters"]).decode())
+        for t in tools
+    )
+    return GenerateRequest(prompt_ids=prompt, tool_grammars=grammars)
+
+
+def clear() -> None:
+    _schema_grammar._cached.cache_clear()
+    _schema_grammar._regex_body.cache_clear()
+
+
+def ours() -> None:
+    print("1. building the grammars per request (CPU ms, medians; ratio to orjson-serialising the tools)")
+    for n in SIZES:
+        tools = [codex_sized(i) for i in range(n)]
+        request = request_for(tools, [200006, 173781])
+        cold_tag, cold_gbnf, warm_tag, floor = [], [], [], []
+        for _ in range(ROUNDS):
+            t0 = time.process_time()
+            orjson.dumps(tools)
+            floor.append(time.process_time() - t0)
+            clear()
+            t0 = time.process_time()
+            _constrain.structural_tag(request)
+            cold_tag.append(time.process_time() - t0)
+            clear()
+            t0 = time.process_time()
+            _constrain.lazy_grammar(request)
+            cold_gbnf.append(time.process_time() - t0)
+            t0 = time.process_time()
+            _constrain.structural_tag(request)
+            warm_tag.append(time.process_time() - t0)
+        f = max(statistics.median(floor), 1e-6)
+        tag, gbnf, warm = (statistics.median(x) for x in (cold_tag, cold_gbnf, warm_tag))
+        size = len(orjson.dumps(_constrain.structural_tag(request)))
+        print(
+            f"   {n:>2} tools: tag cold {tag * 1e3:7.2f} ms ({tag / f:6.0f}x), warm {warm * 1e3:6.2f} ms "
+            f"({warm / f:5.0f}x); GBNF cold {gbnf * 1e3:7.2f} ms; tag {size / 1024:.0f} KiB; floor {f * 1e3:.3f} ms"
+        )
+
+
+def llamacpp() -> None:
+    if not os.environ.get("LLAMACPP_SERVER") or not os.environ.get("LLAMACPP_CONVERT"):
+        print("2. llama.cpp: skipped (run `export $(scripts/engines/llamacpp | xargs)` first)")
+        return
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "tests"))  # the real-engine tier's model builder and engine starter
+    from real_engines.gateway import start_engine
+    from real_engines.llamacpp.conftest import CHAINS, llama_server_argv
+    from real_engines.tiny_model import harmony_ids, scripted_checkpoint, to_gguf
+
+    gguf = to_gguf(scripted_checkpoint(CHAINS))
+    engine = start_engine(llama_server_argv(gguf), timeout=120, name="llama-server")
+    prompt = harmony_ids("<|start|>user<|message|>What is the weather in Paris?<|end|><|start|>assistant")
+    print("2. llama.cpp: one 30-token call, wall ms (medians), with the tools' lazy grammar vs without")
+    try:
+        with httpx.Client(base_url=engine.url, timeout=120) as client:
+
+            def run(fields: dict[str, Any]) -> float:
+                body = {"prompt": prompt, "n_predict": 30, "cache_prompt": False, "temperature": 0, **fields}
+                t0 = time.perf_counter()
+                client.post("/completion", json=body).raise_for_status()
+                return time.perf_counter() - t0
+
+            for n in SIZES:
+                fields = _constrain.lazy_grammar(request_for([codex_sized(i) for i in range(n)], prompt)) or {}
+                bare, constrained = [], []
+                for _ in range(ROUNDS):
+                    bare.append(run({}))
+                    constrained.append(run(fields))
+                b, c = statistics.median(bare), statistics.median(constrained)
+                print(f"   {n:>2} tools: {c * 1e3:7.1f} ms vs {b * 1e3:6.1f} ms unconstrained ({c / b:4.2f}x)")
+    finally:
+        engine.stop()
+
+
+if __name__ == "__main__":
+    ours()
+    llamacpp()
