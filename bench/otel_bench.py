@@ -23,11 +23,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from server_bench import BIN, HERE, client, completion, free_port, wait_healthy
+import httpx
+
+from server_bench import BIN, HERE, client, completion, free_port
 
 ROOT = HERE.parent
 TOKENS = int(os.environ.get("OTEL_BENCH_TOKENS", "1000"))
@@ -58,6 +61,22 @@ def _default_rev() -> str:
     return f"{added[-1]}^" if added else "HEAD"
 
 
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    """Until the server answers /health (a loaded machine may take a while to start four in turn)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not answer within {timeout:g} s")
+        time.sleep(0.1)
+
+
 def _first_token_p50(url: str, workdir: Path) -> float:
     body = workdir / "body.json"
     body.write_text(json.dumps({"model": "gpt-oss-20b", "input": "Write.", "stream": True, "store": False}))
@@ -79,13 +98,12 @@ def _measure(src: Path | None, otel: bool, script: Path, collector: str, workdir
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector
     argv = [str(BIN / "harmony-responses"), "serve", "--port", str(port), "--engine", f"replay:{script}"]
     argv += ["--model", "gpt-oss-20b", "--log-level", "warning", *(["--otel"] if otel else [])]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # A store of its own: an older revision refuses a database a newer one migrated.
+    argv += ["--data-dir", tempfile.mkdtemp(dir=workdir)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
-        try:
-            wait_healthy(url, proc)
-        except RuntimeError:
-            raise RuntimeError(f"{argv}: {proc.stderr.read().decode() if proc.stderr else ''}") from None
+        _wait_healthy(url, proc)
         result = client(url, STREAMS, REPEATS)
         return result["events"] / result["seconds"], _first_token_p50(url, workdir)
     finally:
