@@ -104,6 +104,36 @@ def _function_grammar(tool: Any, namespace: str, mode: str) -> ToolGrammar | Non
     return None
 
 
+def _closed(schema: Any) -> Any:
+    """``schema`` with every object that does not say ``additionalProperties`` closed to its properties: what
+    an MCP tool's arguments are held to (a subset of what its schema allows, so every call still matches)."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) for k, v in schema.items()}
+    if (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+def _mcp_grammars(tool: dict[str, Any], mode: str) -> list[ToolGrammar]:
+    """An MCP server's listed tools (``_mcp_tools``, from ``_prepare_mcp``): each held to its ``inputSchema``
+    where a grammar can hold it (every property required), else as ``mode`` holds a non-strict function."""
+    label, out = tool.get("server_label"), []
+    for entry in tool.get("_mcp_tools") or ():
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(label, str) or not isinstance(name, str):
+            continue
+        schema = _closed(entry.get("input_schema", entry.get("parameters")))
+        if isinstance(schema, dict) and grammar_schema_problem(schema) is None:
+            definition = orjson.dumps(schema).decode()
+            out.append(ToolGrammar(name=name, syntax="json_schema", definition=definition, namespace=label))
+        elif mode in ("json", "schema"):
+            out.append(ToolGrammar(name=name, syntax="json_object", definition="", namespace=label))
+    return out
+
+
 def _tool_grammars(model_request: dict[str, Any], mode: str = "json") -> tuple[ToolGrammar, ...]:
     """The grammars of the custom tools and strict functions the prompt declares, for engines that constrain
     a call's input."""
@@ -121,6 +151,8 @@ def _tool_grammars(model_request: dict[str, Any], mode: str = "json") -> tuple[T
         function = _function_grammar(tool, "functions", mode)
         if function is not None:
             out.append(function)
+        if tool.get("type") == "mcp" and mode != "off":
+            out += _mcp_grammars(tool, mode)
         if tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
             for member in tool.get("tools") or ():
                 member = {"type": "function", **member} if isinstance(member, dict) else member
