@@ -26,7 +26,8 @@ from typing import Any
 
 import orjson
 
-from harmony_responses.engine import GenerateRequest, ToolGrammar, _constrain, _schema_grammar
+from harmony_responses.engine import GenerateRequest, ToolGrammar, _constrain
+from harmony_responses.grammar import _schema as _schema_grammar
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,6 +26,8 @@ FORBIDDEN = {
     "request": {"http", "run", "serve", "render", "engine", "translate", "store"},
     "run": {"http", "serve"},
     **{name: {"http", "request", "run", "serve"} for name in LOWER},
+    # Compilers of tool-call grammars, shared by request/ (what a strict schema may use) and engine/.
+    "grammar": {"http", "request", "run", "serve", "render", "engine", "translate", "tools", "store"},
 }
 
 

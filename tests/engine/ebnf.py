@@ -1,6 +1,6 @@
 """Reading the grammars we send back as a Python regex, to check what text they let an engine write.
 
-Our grammars (engine/_grammar.py) use a small EBNF subset; a grammar without recursion (Codex's
+Our grammars (grammar/_input.py) use a small EBNF subset; a grammar without recursion (Codex's
 apply_patch, any regex tool) inlines to one regular expression, which ``re.fullmatch`` then judges.
 Recursive grammars are refused (``ValueError``): the tests use none.
 """

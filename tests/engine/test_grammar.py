@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from lark import Lark
 from lark.exceptions import LarkError
 
-from harmony_responses.engine._grammar import input_grammar
+from harmony_responses.grammar import input_grammar
 
 from .ebnf import accepts
 

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harmony_responses.engine._schema_grammar import schema_grammar
+from harmony_responses.grammar import schema_grammar
 
 from .ebnf import accepts
 from .fakes import LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony

@@ -24,7 +24,6 @@ from ._reading import Reading, reading_here
 from ._record import RecordingEngine
 from ._replay import ReplayEngine, ScriptedCall, load_script
 from ._replicas import ReplicaSet
-from ._schema_grammar import schema_problem as grammar_schema_problem
 from ._sglang import SGLangEngine
 from ._spec import ENGINE_SPECS, engine_from_spec
 from ._trtllm import TRTLLMEngine
@@ -59,7 +58,6 @@ __all__ = [
     "VLLMEngine",
     "engine_from_spec",
     "fake_logprobs",
-    "grammar_schema_problem",
     "load_script",
     "reading_here",
 ]

@@ -7,7 +7,7 @@ Only parts of a completion are constrained, never the Harmony headers, the analy
   ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{"input": "…"}<|call|>`` (or the
   recipient before the channel), and what follows ``<|message|>`` is held to ``_grammar.input_grammar``;
 - a strict function's arguments (``syntax="json_schema"``, in ``functions`` or a namespace ``N``: the call
-  is ``to=N.NAME``) the same way, held to ``_schema_grammar.schema_grammar`` of its parameters; another
+  is ``to=N.NAME``) the same way, held to ``grammar.schema_grammar`` of its parameters; another
   function's (``syntax="json_object"``, ``--constrain-function-arguments json``) to one JSON object.
 
 A call is recognised by ``to=NAMESPACE.NAME`` followed by what may follow a recipient in a header (a
@@ -31,10 +31,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..grammar import UnsupportedGrammar, input_grammar, object_grammar, schema_grammar
 from ..vocab import load_vocabulary
 from ._base import GenerateRequest, ToolGrammar
-from ._grammar import UnsupportedGrammar, input_grammar
-from ._schema_grammar import object_grammar, schema_grammar
 
 __all__ = ["final_channel_tag", "lazy_grammar", "structural_tag"]
 

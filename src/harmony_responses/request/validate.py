@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import grammar_schema_problem
 from ..errors import APIError
+from ..grammar import schema_problem as grammar_schema_problem
 from ..ids import id_problem
 from ..quotas import requestable_tiers
 from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search

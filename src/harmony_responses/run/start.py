@@ -18,8 +18,9 @@ from typing import Any
 import orjson
 
 from .. import tracing
-from ..engine import Engine, GenerateRequest, ToolGrammar, grammar_schema_problem
+from ..engine import Engine, GenerateRequest, ToolGrammar
 from ..errors import APIError
+from ..grammar import schema_problem as grammar_schema_problem
 from ..ids import random_id
 from ..logs import request_arrived
 from ..metrics import RunMetrics, engine_label

@@ -1,6 +1,6 @@
 """A strict function's JSON schema as an engine grammar over the arguments the model writes.
 
-``schema_grammar`` writes the schema in the EBNF subset ``_grammar.py`` uses (xgrammar for vLLM and SGLang
+``schema_grammar`` writes the schema in the EBNF subset ``_input.py`` uses (xgrammar for vLLM and SGLang
 and llama.cpp's GBNF both read it), so that one grammar goes to every engine and what is refused is the
 same everywhere. ``schema_problem`` says what the grammar cannot express, for the request's validation to
 refuse with a 400 (never silently loosened): the API's strict mode, and of its keywords those a grammar
@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from ._grammar import UnsupportedGrammar, _literal, _regex_ebnf
+from ._input import UnsupportedGrammar, _literal, _regex_ebnf
 
 __all__ = ["object_grammar", "schema_grammar", "schema_problem"]
 
