@@ -6,8 +6,9 @@ chunk at zero delay, the SQLite store in a temporary folder, its quota counters 
 ``--api-key`` one (nothing counted) and a ``[[keys]]`` one with requests, tokens and concurrency limits (one
 admission transaction and one slot per request, tokens taken in lots of 64). A client process runs rounds of
 ``STREAMS`` concurrent streams, taking turns (unlimited, limited, unlimited again, the order rotated each
-round); the last is the floor, how far two measurements of the same thing differ on this machine now. It prints each mode's median events/s and
-first-delta p50 and the ratios limited / unlimited and again / unlimited.
+round); the last is the floor, how far two measurements of the same thing differ on this machine now. It
+prints each mode's median events/s and first-delta p50 and the ratios limited / unlimited and again /
+unlimited.
 """
 
 from __future__ import annotations
