@@ -2,11 +2,11 @@
 
 Routes: ``POST /v1/responses`` (responses.py) and its WebSocket mode (websocket.py), ``POST
 /v1/responses/input_tokens`` and ``POST /v1/responses/compact`` (responses.py), the endpoints over stored
-responses and conversations (stored.py), the Files API (files.py), the
-Vector stores API (vector_stores.py), ``GET /v1/models`` and
-``GET /v1/models/{model}`` (the OpenAI list and model shapes), ``GET /health`` (liveness: 200 while the
-process serves) and ``GET /ready`` (readiness: 200 when every served model has an engine that answers and
-the store takes writes, else 503 saying which do not; ``Server.readiness``).
+responses and conversations (stored.py), the Files API (files.py), the Vector stores API
+(vector_stores.py), ``GET /v1/models`` and ``GET /v1/models/{model}`` (the OpenAI list and model shapes),
+``GET /health`` (liveness: 200 while the process serves) and ``GET /ready`` (readiness: 200 when every served
+model has an engine that answers and the store takes writes, else 503 saying which do not;
+``Server.readiness``).
 Unknown routes get a JSON 404 and wrong methods a JSON 405 through ``errors.exception_handlers``, so every
 answer the server gives is OpenAI-shaped. ``GET /metrics`` is Prometheus's (``metrics.exposition``). Around
 it all, ``observe.Observe`` gives every request its id and counts it. While the server shuts down, new
