@@ -15,11 +15,15 @@ from harmony_responses.vocab import load_encoding
 from .conftest import Serve
 from .helpers import MODEL, WEATHER_TOOL, openai_client
 
-ANSWER_IDS = load_encoding().encode("<|channel|>final<|message|>OK<|return|>", allowed_special="all")
+ENCODING = load_encoding()
+ANSWER_IDS = ENCODING.encode("<|channel|>final<|message|>OK<|return|>", allowed_special="all")
+# A forced call's prompt ends in its prefilled header: the model writes the (strict) arguments.
+CALL_IDS = ENCODING.encode('{"city": "Rome"}<|call|>', allowed_special="all")
+MESSAGE = ENCODING.encode("<|message|>", allowed_special="all")
 
 
 class Recorder:
-    """An engine that remembers every prompt and answers "OK"."""
+    """An engine that remembers every prompt and answers "OK" (or a forced call's arguments)."""
 
     def __init__(self) -> None:
         self.prompts: list[list[int]] = []
@@ -27,7 +31,7 @@ class Recorder:
 
     async def _handle(self, request: GenerateRequest) -> EngineStream:
         self.prompts.append(list(request.prompt_ids))
-        yield TokenChunk(token_ids=ANSWER_IDS)
+        yield TokenChunk(token_ids=CALL_IDS if request.prompt_ids[-1:] == MESSAGE else ANSWER_IDS)
         yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
 
 

@@ -37,6 +37,7 @@ class FinishingRun:
     """A run that has produced its whole response and whose closing takes until ``release`` is set."""
 
     request_id = "resp_race"
+    span = None  # its --otel span (ResponseRun.span): tracing is off
 
     def __init__(self) -> None:
         self.translator = _Translator()

@@ -32,6 +32,7 @@ class HeldRun:
     """A run that streams one chunk up to its first delta, then is held (as ``Turns.done`` holds it)."""
 
     request_id = "resp_held"
+    span = None  # its --otel span (ResponseRun.span): tracing is off
 
     def __init__(self) -> None:
         self.translator = make_translator()
