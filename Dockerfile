@@ -9,7 +9,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE MANIFEST.in ./
 COPY src ./src
 # The package and every dependency as wheels, so that the image's own install needs no index.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres]"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres,otel,file-search]"
 
 FROM python:3.12-slim
 # bubblewrap: the code interpreter's sandbox. Unpinned: a pinned Debian version stops installing as soon as
@@ -21,7 +21,7 @@ RUN apt-get update \
 # Not pinned by version: the only harmony-responses wheel there is the one just built.
 # hadolint ignore=DL3013
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels "harmony-responses[postgres]"
+    pip install --no-cache-dir --no-index --find-links /wheels "harmony-responses[postgres,otel,file-search]"
 RUN useradd --create-home --uid 10001 harmony \
     && mkdir /data \
     && chown harmony /data
