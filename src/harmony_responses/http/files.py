@@ -39,7 +39,7 @@ from ..run.files import FILE_PART_BYTES, FileRecord, FileStore, server_files
 from ..run.vector_stores import vector_store_service
 from .auth import owner_of
 from .errors import json_response
-from .stored import _int_query
+from .stored import _int_query, _list
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "file_object", "file_store", "routes"]
 
@@ -287,16 +287,7 @@ async def list_files(request: Request) -> Response:
     if page is None:
         raise APIError(f"Invalid 'after': no file '{after}'.", param="after", code="invalid_value")
     records, has_more = page
-    data = [file_object(r) for r in records]
-    return json_response(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": has_more,
-        }
-    )
+    return _list([file_object(r) for r in records], has_more)
 
 
 async def _record(request: Request) -> tuple[FileStore, FileRecord]:

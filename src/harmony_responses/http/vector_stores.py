@@ -49,7 +49,7 @@ from ..run.vector_stores import (
 )
 from .auth import owner_of
 from .errors import json_response
-from .stored import _body, _page_params
+from .stored import _body, _list, _page_params
 
 __all__ = ["routes"]
 
@@ -64,18 +64,6 @@ def _service(request: Request) -> tuple[VectorStoreService, str]:
 async def _store(request: Request) -> tuple[VectorStoreService, VectorStoreRecord]:
     service, owner = _service(request)
     return service, await service.get(request.path_params["vector_store_id"], owner)
-
-
-def _list(data: list[dict[str, Any]], has_more: bool) -> Response:
-    return json_response(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": has_more,
-        }
-    )
 
 
 def _file_response(row: VectorStoreFile) -> Response:
