@@ -21,9 +21,17 @@ def _nav_files(nav: list) -> list[str]:
     return files
 
 
+class _Config(yaml.SafeLoader):
+    """mkdocs.yml as data: its ``!!python/name:`` tags (a superfences fence's formatter) stay their names."""
+
+
+_Config.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
+
+
 def pages() -> list[Path]:
     """Every page of the guide, in the order a reader meets them."""
-    return [DOCS / name for name in _nav_files(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])]
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Config)  # a SafeLoader
+    return [DOCS / name for name in _nav_files(config["nav"])]
 
 
 def page(name: str) -> str:

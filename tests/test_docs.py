@@ -173,6 +173,9 @@ def test_the_guide_builds_without_warnings(tmp_path: Path) -> None:
     built = {path.relative_to(site).as_posix() for path in site.rglob("*.html")}
     assert {path.relative_to(ROOT / "docs").with_suffix(".html").as_posix() for path in pages()} <= built
     assert "HARMONY_RESPONSES_ENGINE_URL" in (site / "reference" / "options.html").read_text()
+    # The translator's state diagram is a diagram (Material draws a pre.mermaid), not a block of its source.
+    states = (site / "translator-states.html").read_text()
+    assert '<pre class="mermaid"><code>stateDiagram-v2' in states and "language-mermaid" not in states
     # Offline: no web fonts or scripts from elsewhere (the theme's default fonts come from Google).
     assert "fonts.googleapis.com" not in (site / "index.html").read_text()
 
