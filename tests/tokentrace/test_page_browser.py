@@ -129,3 +129,54 @@ def test_the_trace_page_of_a_streamed_response_in_chromium(
     assert seen["plot"] == 1 and seen["toolBands"] == 1
     assert "time to first token" in seen["timing"] and "tool time" in seen["timing"]
     assert shot.stat().st_size > 10_000
+
+
+COMPACTION_PAGE = """
+import chromium from "@sparticuz/chromium";
+import { chromium as playwright } from "playwright-core";
+const browser = await playwright.launch({ executablePath: await chromium.executablePath(), args: chromium.args });
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  await page.goto(process.argv[2]);
+  await page.waitForSelector("#tokens .tok");
+  await page.locator("#engine-calls li.compaction details.compaction-tokens summary").click();
+  const texts = (selector) => page.$$eval(selector, (nodes) => nodes.map((n) => n.textContent));
+  console.log(JSON.stringify({
+    calls: await page.$$eval("#engine-calls > li", (nodes) => nodes.map((n) => n.firstChild.textContent)),
+    summary: await texts("#engine-calls li.compaction .compaction-tokens .tokens:first-of-type .tok"),
+    summaryVisible: await page.locator("#engine-calls li.compaction .compaction-tokens .tok").first().isVisible(),
+    timeline: await texts("#tokens .tok"),
+    bands: await page.$$eval("#timing svg rect.compactionband", (nodes) => nodes.length),
+    errors,
+  }));
+} finally {
+  await browser.close();
+}
+"""
+
+
+def test_a_compactions_summary_call_is_shown_with_the_engine_calls(browser: None, servers: Servers) -> None:
+    summary = "The user asked how tall Etna is."
+    answer = "<|channel|>final<|message|>About 3,357 m.<|return|>"
+    live = servers.start([summary + "<|return|>", answer], trace=True)
+    conversation = [
+        {"role": "user", "content": "How tall is Etna?"},
+        {"role": "assistant", "content": "Let me think about Etna's height."},
+        {"role": "user", "content": "In metres, please."},
+    ]
+    response = openai_client(live).responses.create(
+        model=MODEL,
+        input=conversation,  # type: ignore[arg-type]
+        context_management=[{"type": "compaction", "compact_threshold": 20}],
+    )
+    done = _node(COMPACTION_PAGE, f"{live.base_url}/responses/{response.id}/trace")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["errors"] == []
+    first, second = seen["calls"]
+    assert first.startswith("compaction summary · ") and not second.startswith("compaction")
+    assert "".join(seen["summary"]).endswith(summary + "<|return|>") and seen["summaryVisible"]
+    # The answer's timeline is the answer's tokens only; the summary's time is a band of its own in the plot.
+    assert "".join(seen["timeline"]) == answer and seen["bands"] == 1

@@ -227,3 +227,58 @@ def test_a_forced_calls_prefilled_header_is_traced_token_by_token(servers: Serve
     assert added["token"] == prefilled[-1]["i"]  # the prompt's <|message|> opened the call's item
     generated = [t for t in trace["tokens"] if not t.get("prefill")]
     assert len(generated) == sent[-1]["response"]["usage"]["output_tokens"] == trace["engine_calls"][0]["tokens"]
+
+
+def test_a_compactions_summary_call_is_an_engine_call_of_its_own(servers: Servers) -> None:
+    summary = "The user asked how tall Etna is."
+    answer = "<|channel|>final<|message|>About 3,357 m.<|return|>"
+    live = servers.start([summary + "<|return|>", answer], trace=True)
+    conversation = [
+        {"role": "user", "content": "How tall is Etna?"},
+        {"role": "assistant", "content": "Let me think about Etna's height."},
+        {"role": "user", "content": "In metres, please."},
+    ]
+    stream = openai_client(live).responses.create(
+        model=MODEL,
+        input=conversation,  # type: ignore[arg-type]
+        context_management=[{"type": "compaction", "compact_threshold": 20}],
+        stream=True,
+    )
+    received = [event.model_dump(mode="json", exclude_unset=True, warnings=False) for event in stream]
+    final = received[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["compaction", "message"]
+    trace = trace_json(live, final["id"]).json()
+    assert [entry["event"] for entry in trace["events"]] == received
+    compaction, answered = trace["engine_calls"]
+    assert (compaction["purpose"], answered["purpose"]) == ("compaction", "response")
+    # The summary's own prompt (the conversation and the request for a summary), timing and generated tokens.
+    assert compaction["prompt"]["count"] == compaction["request"]["prompt_tokens"] == compaction["prompt_tokens"]
+    assert "".join(text for _, text in compaction["prompt"]["tokens"]).count("How tall is Etna?") == 1
+    generated = [t for t in compaction["generated"] if not t.get("prefill")]
+    assert "".join(t["text"] for t in generated) == summary + "<|return|>"
+    assert compaction["tokens"] == len(generated) and compaction["finish"] == "stop"
+    assert compaction["sent"] <= compaction["first_token"] <= compaction["ended"] <= answered["sent"]
+    # The answer's timeline holds only the answer's tokens, from the compacted prompt it was given.
+    assert "".join(t["text"] for t in trace["tokens"]) == answer and {t["call"] for t in trace["tokens"]} == {1}
+    assert trace["prompt"]["count"] == answered["request"]["prompt_tokens"]
+    usage = final["usage"]
+    assert usage["input_tokens"] == compaction["prompt_tokens"] + answered["prompt_tokens"]
+    assert usage["output_tokens"] == compaction["tokens"] + answered["tokens"]
+
+
+def test_a_response_the_engine_failed_mid_stream_keeps_its_tokens_and_the_error() -> None:
+    answer = harmony("<|channel|>final<|message|>Etna is about 3,357 m tall.<|return|>")
+    # The engine's connection is cut after 5 tokens: the response fails there, in-band.
+    with stack("vllm", VLLMFake(Scenario(tokens=answer, chunk=1, drop_after=5)), trace=True) as s:
+        body = {"model": MODEL, "input": "How tall is Etna?", "stream": True}
+        sent = sse_events(httpx.post(f"{s.base_url}/responses", json=body, timeout=30).content)
+        assert sent[-1]["type"] == "response.failed"
+        answer_ = httpx.get(f"{s.base_url}/responses/{sent[-1]['response']['id']}/trace?format=json")
+    assert answer_.status_code == 200, answer_.text
+    trace = answer_.json()
+    assert [e["event"] for e in trace["events"]] == sent
+    assert [t["id"] for t in trace["tokens"]] == answer[:5]  # the tokens up to the failure
+    [call] = trace["engine_calls"]
+    assert call["finish"] == "error" and call["ended"] is not None and call["tokens"] == 5
+    failed = trace["events"][-1]["event"]["response"]
+    assert failed["status"] == "failed" and failed["error"]["message"]

@@ -458,6 +458,8 @@ class ResponseRun:
         yield t.events()  # output_item.added, response.compaction.compacting
         span = tracing.child(self.span, "compaction")
         summary = await write_summary(compaction.summary)
+        if self.trace is not None and compaction.summary.trace is not None:
+            self.trace.compaction_call(compaction.summary.trace)  # its own engine call, not the answer's tokens
         tracing.end(span, {"gen_ai.usage.output_tokens": summary.output_tokens}, error=summary.problem)
         record_summary(t, summary)
         self._summary_tokens = summary.output_tokens

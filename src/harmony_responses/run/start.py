@@ -323,11 +323,13 @@ def summary_run(
     vocab: Vocabulary,
     prompting: Prompting,
     affinity: tuple[str, ...] = (),
+    trace: Recorder | None = None,
 ) -> ResponseRun:
     """The run that writes a compaction's summary from its prompt (``render_prompt(..., summarize=True)``).
 
     Its translator is its own (``run/compact.py``: nobody sees its events); it declares the conversation's
-    tools but runs none (the final channel is prefilled).
+    tools but runs none (the final channel is prefilled). ``trace``: the response is traced, the summary's
+    engine call records into this (``Recorder.compaction``).
     """
     translator = Translator(
         vocab=vocab,
@@ -346,6 +348,7 @@ def summary_run(
             affinity=affinity,  # the conversation's replica holds its prefix
         ),
         context_window=prompting.context_window,
+        trace=None if trace is None else trace.compaction(rendered.messages, rendered.token_ids, rendered.prefill_ids),
     )
 
 
@@ -358,8 +361,10 @@ async def build_compact(
     prompting: Prompting,
     python_description: str | None,
     mcp_options: McpOptions,
+    trace: Recorder | None = None,
 ) -> ResponseRun:
-    """``POST /v1/responses/compact``: the summary run over ``request``'s conversation.
+    """``POST /v1/responses/compact``: the summary run over ``request``'s conversation (also a
+    ``compaction_trigger`` response's, then ``trace``d with it when it is traced).
 
     Raises:
         APIError: what create refuses before it runs (an MCP server the client may not use, a conversation that
@@ -378,6 +383,7 @@ async def build_compact(
         vocab=vocab,
         prompting=prompting,
         affinity=affinity_keys(request),
+        trace=trace,
     )
 
 
@@ -423,7 +429,7 @@ async def build_run(
     """The response's run, ready to start.
 
     ``trace``: which responses are traced (``tokentrace``); only a stored response is (its trace is kept beside
-    it), and not a ``compaction_trigger`` one.
+    it); a compaction's summary call is traced as one of its engine calls (``Recorder.compaction``).
 
     A request ending with a ``compaction_trigger`` item gets a run that only compacts; one whose prompt is
     longer than its ``context_management`` threshold, a run that compacts first (``compact.py``).
@@ -451,6 +457,7 @@ async def build_run(
             summaries=prompting.reasoning_summaries and wants_summary(request.body),
         )
 
+    recorder = _recorder(trace, request, response_id, vocab)
     if request.compaction_trigger:
         # The response is the compaction: no tool runs, so no container or browser is set up.
         summary = await build_compact(
@@ -461,12 +468,14 @@ async def build_run(
             prompting=prompting,
             python_description=python_description,
             mcp_options=mcp_options,
+            trace=recorder,
         )
         return ResponseRun(
             translator=response_translator(RecipientMap()),
             engine=engine,
             request=GenerateRequest(prompt_ids=[], request_id=response_id),  # no engine call of its own
             compaction=Compaction(summary=summary, sealer=sealer),
+            trace=recorder,  # (no prompt of its own: the summary's engine call has its prompt)
         )
     try:
         code = code_interpreter_session(
@@ -541,6 +550,7 @@ async def build_run(
             vocab=vocab,
             prompting=prompting,
             affinity=affinity_keys(request),
+            trace=recorder,
         )
 
         async def answer(item: dict[str, Any]) -> tuple[GenerateRequest, list[int]]:
@@ -551,11 +561,15 @@ async def build_run(
                 python_description=python_description,
                 truncation=options.truncation,
             )
+            if recorder is not None:  # the answer's prompt is this one, not the conversation's before compacting
+                recorder.record_prompt(compacted.messages, compacted.token_ids, compacted.prefill_ids)
             return generate_request(compacted), list(compacted.prefill_ids)
 
         compaction = Compaction(summary=summary, sealer=sealer, answer=answer)
     else:
         translator.receive_prefill(rendered.prefill_ids)
+        if recorder is not None:
+            recorder.record_prompt(rendered.messages, rendered.token_ids, rendered.prefill_ids)
     return ResponseRun(
         translator=translator,
         engine=engine,
@@ -570,18 +584,16 @@ async def build_run(
         compaction=compaction,
         metrics=RunMetrics(model=options.model, engine=engine_label(engine), arrived=request_arrived()),
         messages=messages,
-        trace=_recorder(trace, request, response_id, vocab, rendered),
+        trace=recorder,
     )
 
 
 def _recorder(
-    trace: TraceOptions | None, request: ResponseRequest, response_id: str, vocab: Vocabulary, rendered: Any
+    trace: TraceOptions | None, request: ResponseRequest, response_id: str, vocab: Vocabulary
 ) -> Recorder | None:
-    """The response's trace recorder, with its prompt, when it is traced."""
+    """The response's trace recorder when it is traced (its prompt is recorded once it is rendered)."""
     if trace is None or not request.store or not trace.wanted():
         return None
-    recorder = Recorder(
+    return Recorder(
         response_id=response_id, model=request.options.model, token_text=vocab.token_text, max_bytes=trace.max_bytes
     )
-    recorder.record_prompt(rendered.messages, rendered.token_ids, rendered.prefill_ids)
-    return recorder

@@ -4,7 +4,10 @@ The run layer (``run/loop.py``, ``run/start.py``) owns a ``Recorder`` when the r
 it what happens, in order: the rendered prompt, each engine call (its request body, when it was admitted,
 its first token, its end), each chunk and each token in it with the translator's state after the token and
 the sequence numbers of the events the token caused, each recovery the translator made (its
-``on_recovery``), each built-in tool call, and the events the client was sent. The translator stays
+``on_recovery``), each built-in tool call, and the events the client was sent. A compaction's summary is its
+own run with its own translator: it records into a ``compaction()`` recorder, whose engine call is then kept
+(``compaction_call``) as an engine call of its own, ``purpose: "compaction"``, holding its prompt, timing and
+generated tokens, apart from the answer's tokens. The translator stays
 sans-I/O: it only calls ``on_recovery``; the clock and everything else are here.
 
 The document (``document()``) is bounded: past ``max_bytes`` (an estimate of the JSON's size) tokens,
@@ -40,6 +43,7 @@ class Recorder:
         token_text: token id → its text (``Vocabulary.token_text``; special tokens by name).
         max_bytes: about how large the document may grow.
         clock: monotonic seconds (offsets in the document are from the recorder's creation).
+        t0: the clock's origin instead (a compaction's recorder shares its response's).
     """
 
     def __init__(
@@ -50,15 +54,16 @@ class Recorder:
         token_text: Sequence[str],
         max_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        t0: float | None = None,
     ) -> None:
         self._clock = clock
-        self._t0 = clock()
+        self._t0 = clock() if t0 is None else t0
         self._text = token_text
         self._max = max_bytes
         self._size = 0
         self.truncated = False
         self._dropped = {"tokens": 0, "events": 0, "prompt_tokens": 0}
-        self.prompt: dict[str, Any] = {"messages": [], "tokens": []}
+        self.prompt: dict[str, Any] = {"messages": [], "tokens": [], "count": 0, "prefill": []}
         self.calls: list[dict[str, Any]] = []
         self.tokens: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
@@ -115,11 +120,48 @@ class Recorder:
     def engine_call(self, request: dict[str, Any], body: dict[str, Any] | None) -> None:
         """An engine call is sent: ``request`` (the engine-independent GenerateRequest, prompt ids left out),
         ``body`` (the HTTP body an HTTP engine posts, its prompt's ids left out), when known."""
-        call = {"index": len(self.calls), "request": _jsonable(request), "body": _jsonable(body), "sent": self._now()}
+        call = {
+            "index": len(self.calls),
+            "purpose": "response",
+            "request": _jsonable(request),
+            "body": _jsonable(body),
+            "sent": self._now(),
+        }
         call.update(admitted=None, first_token=None, ended=None, finish=None, chunks=0, tokens=0)
         self._fits(len(orjson.dumps(call)), "events")
         self.calls.append(call)
         self._chunk = -1
+
+    def compaction(self, messages: Sequence[Any], token_ids: Sequence[int], prefill: Sequence[int] = ()) -> Recorder:
+        """The recorder of a compaction's summary run, its prompt recorded: same clock and origin, the room left
+        in this trace as its bound. Its engine call joins this trace with ``compaction_call``."""
+        child = Recorder(
+            response_id=self._response_id,
+            model=self._model,
+            token_text=self._text,
+            max_bytes=max(self._max - self._size, 0),
+            clock=self._clock,
+            t0=self._t0,
+        )
+        child.record_prompt(messages, token_ids, prefill)
+        return child
+
+    def compaction_call(self, child: Recorder) -> None:
+        """The summary run (``child``) ended: its engine call becomes one of this trace's, marked
+        ``purpose: "compaction"``, with its own prompt, generated tokens and recoveries (not the answer's)."""
+        for call in child.calls:
+            call.update(
+                index=len(self.calls),
+                purpose="compaction",
+                prompt=child.prompt,
+                generated=child.tokens,
+                recoveries=child.recoveries,
+            )
+            self.calls.append(call)
+        self._size += child._size
+        self.truncated = self.truncated or child.truncated
+        for what, count in child._dropped.items():
+            self._dropped[what] += count
 
     def engine_admitted(self) -> None:
         if self.calls and self.calls[-1]["admitted"] is None:

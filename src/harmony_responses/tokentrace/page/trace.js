@@ -27,7 +27,9 @@
   recoveries.forEach((r) => r.tokens.forEach((i) => recovered.add(i)));
 
   // ------------------------------------------------------------------ summary and timing
-  const first = calls.length ? calls[0] : null;
+  // A compaction's summary call (purpose "compaction") is not the answer's: its tokens are listed with it.
+  const compactions = calls.filter((c) => c.purpose === "compaction");
+  const first = calls.find((c) => c.purpose !== "compaction") || null;
   const ttft = first && first.first_token !== null ? first.first_token - first.sent : null;
   const toolTime = tools.reduce((sum, t) => sum + (t.duration || 0), 0);
   const last = calls.length ? calls[calls.length - 1].ended : null;
@@ -50,7 +52,7 @@
 
   function drawTiming() {
     const W = 1000, H = 160, P = 30;
-    const end = Math.max(last || 0, ...tokens.map((t) => t.t), ...tools.map((t) => t.ended || 0), 1e-6);
+    const end = Math.max(last || 0, ...calls.map((c) => c.ended || 0), ...tokens.map((t) => t.t), ...tools.map((t) => t.ended || 0), 1e-6);
     const n = Math.max(tokens.length, 1);
     const x = (i) => P + ((W - 2 * P) * i) / n;
     const y = (t) => H - P - ((H - 2 * P) * t) / end;
@@ -67,6 +69,11 @@
       svg.appendChild(node);
       return node;
     };
+    compactions.forEach((c) => {
+      const ended = c.ended || c.sent;
+      add("rect", { class: "toolband compactionband", x: P, width: W - 2 * P, y: y(ended), height: Math.max(1, y(c.sent) - y(ended)) });
+      add("text", { x: W - P - 4, y: y(ended) + 10, "text-anchor": "end" }, `compaction summary ${ms(ended - c.sent)}`);
+    });
     tools.forEach((t) => {
       add("rect", { class: "toolband", x: P, width: W - 2 * P, y: y(t.ended), height: Math.max(1, y(t.started) - y(t.ended)) });
       add("text", { x: W - P - 4, y: y(t.ended) + 10, "text-anchor": "end" }, `${t.name} ${ms(t.duration)}`);
@@ -215,11 +222,30 @@
     $("tools").appendChild(li);
   });
   calls.forEach((c) => {
-    const li = el("li", {}, `${c.request.prompt_tokens} prompt tokens · admitted ${ms(c.admitted)} · first token ${ms(c.first_token)} · ended ${ms(c.ended)} (${c.finish || "—"}) · ${c.tokens} tokens in ${c.chunks} chunks`);
+    const li = el("li", { class: c.purpose === "compaction" ? "compaction" : "" }, `${c.purpose === "compaction" ? "compaction summary · " : ""}${c.request.prompt_tokens} prompt tokens · admitted ${ms(c.admitted)} · first token ${ms(c.first_token)} · ended ${ms(c.ended)} (${c.finish || "—"}) · ${c.tokens} tokens in ${c.chunks} chunks`);
     const d = el("details");
     d.appendChild(el("summary", {}, "request body"));
     d.appendChild(el("pre", {}, JSON.stringify(c.body || c.request, null, 2)));
     li.appendChild(d);
+    if (c.purpose === "compaction") {
+      // Its own prompt and the summary it generated, apart from the answer's timeline.
+      const g = el("details", { class: "compaction-tokens" });
+      g.appendChild(el("summary", {}, `summary tokens (${(c.generated || []).length}), prompt (${c.prompt ? c.prompt.count : 0} tokens)`));
+      const strip = el("div", { class: "tokens" });
+      (c.generated || []).forEach((t) => {
+        const cls = ["tok", channelClass(t.channel), "st-" + t.state];
+        if (t.prefill) cls.push("prefill");
+        if (isSpecial(t.text)) cls.push("special");
+        strip.appendChild(el("span", { class: cls.join(" "), title: `#${t.i} id ${t.id} at ${ms(t.t)}` }, shown(t.text)));
+      });
+      g.appendChild(strip);
+      const p = el("div", { class: "tokens" });
+      ((c.prompt && c.prompt.tokens) || []).forEach(([id, text], k) => {
+        p.appendChild(el("span", { class: "tok" + (isSpecial(text) ? " special" : "") + (k % 2 ? " odd" : ""), title: `#${k} id ${id}` }, shown(text)));
+      });
+      g.appendChild(p);
+      li.appendChild(g);
+    }
     $("engine-calls").appendChild(li);
   });
   $("messages-json").textContent = JSON.stringify(trace.prompt.messages, null, 2);
