@@ -149,7 +149,7 @@ def test_processes_sharing_a_store_open_each_others_sealed_reasoning(
 
 def test_sigkill_mid_response_then_restart(store_spec: str, servers: list[Server], tmp_path: Path) -> None:
     script = write_script(tmp_path / "slow.jsonl", [SLOW])
-    first = Server(store_spec, script)
+    first = Server(store_spec, script, "--trace")
     servers.append(first)
     created = first.client.responses.create(model=MODEL, input="Hi", background=True)
     seen = []
@@ -161,11 +161,15 @@ def test_sigkill_mid_response_then_restart(store_spec: str, servers: list[Server
     os.kill(first.process.pid, signal.SIGKILL)
     first.process.wait()
 
-    second = Server(store_spec, script)  # recovery runs at start: the killed process's pid is gone
+    second = Server(store_spec, script, "--trace")  # recovery runs at start: the killed process's pid is gone
     servers.append(second)
     ended = _wait_status(second.client, created.id, "failed")
     assert any("stopped while it was in_progress" in line for line in second.output)  # ended at start
     assert ended.error is not None and "stopped before it finished" in ended.error.message
+    # Its trace was being recorded in the killed process: the trace endpoint says it was lost, and why.
+    trace = httpx.get(f"{second.client.base_url}responses/{created.id}/trace?format=json", timeout=20)
+    assert trace.status_code == 404 and trace.json()["error"]["code"] == "trace_not_found"
+    assert "ended by another process after the one generating it stopped" in trace.json()["error"]["message"]
     log = second.events(created.id)
     check_stream(log)
     # Every event a client saw before the kill is in the log, unchanged; the end comes after.

@@ -127,6 +127,7 @@ def test_off_by_default_and_the_header_only_where_the_operator_allows_it(servers
     sent = sse_events(post(plain, {**BODY, "tools": []}, headers={"x-harmony-trace": "1"}).content)
     untraced = trace_json(plain, sent[-1]["response"]["id"])
     assert untraced.status_code == 404 and untraced.json()["error"]["code"] == "trace_not_found"
+    assert "it was not traced (serve --trace" in untraced.json()["error"]["message"]
 
     allowing = servers.start(lines, trace_header=True)
     asked = sse_events(post(allowing, {**BODY, "tools": []}, headers={"x-harmony-trace": "1"}).content)
@@ -135,7 +136,8 @@ def test_off_by_default_and_the_header_only_where_the_operator_allows_it(servers
     assert trace_json(allowing, not_asked[-1]["response"]["id"]).status_code == 404
     # A response that is not stored has nowhere to keep a trace: it is not traced.
     unstored = post(allowing, {**BODY, "tools": [], "stream": False, "store": False}, headers={"x-harmony-trace": "1"})
-    assert trace_json(allowing, unstored.json()["id"]).status_code == 404
+    gone = trace_json(allowing, unstored.json()["id"])
+    assert gone.status_code == 404 and gone.json()["error"]["message"].endswith("not found.")
 
 
 def test_a_trace_is_bounded(servers: Servers, docs: Path) -> None:

@@ -82,6 +82,17 @@ READ_BATCH = 1000
 OUTAGE_MESSAGE = "The store was unavailable while the response ran; its output was not kept in full."
 
 
+def _why_no_trace(status: str, response: bytes) -> str:
+    """Why a stored response has no trace: its trace is written in its terminal event's round."""
+    if status in ("queued", "in_progress"):
+        return "it has not ended yet (its trace is kept when it ends)."
+    error = (orjson.loads(response).get("error") or {}).get("message")
+    if error in (CRASH_MESSAGE, OUTAGE_MESSAGE):
+        # Another process ended it: the trace was being recorded in the memory of the one that stopped.
+        return "it was ended by another process after the one generating it stopped, and its trace was lost with it."
+    return "it was not traced (serve --trace, or the x-harmony-trace header with --trace-header)."
+
+
 def host_key() -> str:
     """This machine and pid namespace: pids are comparable only between processes with the same key."""
     try:
@@ -347,15 +358,15 @@ class StoredResponses:
         self.writer.submit([PutTrace(response_id=live.id, data=orjson.dumps(document))], owner=live)
 
     async def trace(self, response_id: str, owner: str) -> dict[str, Any]:
-        """A stored response's trace; 404 when it has none (not traced, still running) or is another's."""
+        """A stored response's trace; 404 when it has none, saying why (not traced, still running, ended by
+        another process after the one running it stopped), or when the response is another's or not stored."""
         data = await self.store.get_trace(response_id, owner)
         if data is None:
             row = await self.store.get_response(response_id, owner)
             if row is None:
-                raise not_found("Response", response_id)
+                raise not_found("Response", response_id)  # (store: false too: such a response is not kept)
             raise APIError(
-                f"The response '{response_id}' has no trace: it was not traced (serve --trace, or the "
-                "x-harmony-trace header with --trace-header), or it has not ended yet.",
+                f"The response '{response_id}' has no trace: {_why_no_trace(row.status, row.response)}",
                 status=404,
                 param="response_id",
                 code="trace_not_found",
