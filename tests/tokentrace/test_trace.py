@@ -284,3 +284,17 @@ def test_a_response_the_engine_failed_mid_stream_keeps_its_tokens_and_the_error(
     assert call["finish"] == "error" and call["ended"] is not None and call["tokens"] == 5
     failed = trace["events"][-1]["event"]["response"]
     assert failed["status"] == "failed" and failed["error"]["message"]
+
+
+def test_a_compaction_trigger_response_is_traced_with_its_summary_call(servers: Servers) -> None:
+    summary = "The user asked how tall Etna is."
+    live = servers.start([summary + "<|return|>"], trace=True)
+    body = {"model": MODEL, "input": [{"role": "user", "content": "How tall is Etna?"}, {"type": "compaction_trigger"}]}
+    sent = sse_events(post(live, {**body, "stream": True}).content)
+    assert [item["type"] for item in sent[-1]["response"]["output"]] == ["compaction"]
+    trace = trace_json(live, sent[-1]["response"]["id"]).json()
+    assert [e["event"] for e in trace["events"]] == sent
+    [call] = trace["engine_calls"]  # the response makes no engine call but the summary's
+    assert call["purpose"] == "compaction" and call["prompt"]["count"] == call["prompt_tokens"] > 0
+    assert "".join(t["text"] for t in call["generated"] if not t.get("prefill")) == summary + "<|return|>"
+    assert trace["tokens"] == [] and trace["prompt"]["count"] == 0
