@@ -147,6 +147,9 @@ class GenerateRequest:
         response_schema: the ``text.format`` JSON schema, for engines that constrain the final channel.
         tool_grammars: the grammars of the declared custom tools and strict functions, for engines that
             constrain a call's input.
+        recipients: the recipients a header may name (``functions.get_weather``, ``python``,
+            ``browser.search``…), for engines that hold the ``to=`` of a header to them; ``()`` for none at all
+            (``tool_choice: "none"``); None when no tools are declared (nothing is held).
         request_id: for the engine's logs and abort endpoints.
         priority: the response's service tier as a rank, lower first (-1 ``priority``, 0 ``default``, 1
             ``flex``): engines with priority scheduling get it when ``EngineOptions.priority`` says so.
@@ -167,6 +170,7 @@ class GenerateRequest:
     stop_token_ids: tuple[int, ...] = HARMONY_STOP_TOKEN_IDS
     response_schema: dict[str, object] | None = None
     tool_grammars: tuple[ToolGrammar, ...] = ()
+    recipients: tuple[str, ...] | None = None
     request_id: str | None = None
     affinity: tuple[str, ...] = ()
     priority: int = 0

@@ -16,6 +16,15 @@ not mistaken for it. A prompt that ends inside an assistant header (a forced ``t
 prefill) has written part of that already: what is left is looked for, and a prefill that ends at
 ``<|message|>`` of a grammar tool's call constrains from the first generated token.
 
+Declared recipients (``GenerateRequest.recipients``): when tools are declared, the ``to=`` of a header the
+generation writes (after a channel's name, or after the role of a header it begins) is held to the declared
+recipients followed by what may follow a recipient, and a grammar tool's arguments after it as above: one
+grammar from ``to=`` on (``_recipient_calls``) replaces the per-tool triggers. Under ``tool_choice: "none"``
+(``recipients == ()``) a header holds no ``to=`` at all. Not held: a recipient written without ``to=`` (a
+bare ``functions.x`` word), and on vLLM/SGLang one in the role part of the generation's first header (the
+prompt wrote the role; xgrammar's triggers cannot see it) and, under ``"none"`` with a ``text.format``
+schema, the final channel's header (its own tag starts there).
+
 ``structural_tag`` is xgrammar's structural tag (vLLM's ``structured_outputs.structural_tag``, SGLang's
 ``sampling_params.structural_tag``; xgrammar 0.2.7/0.2.8): a ``triggered_tags`` format whose tags end
 with ``""`` (see ``final_channel_tag``: xgrammar matches ``end`` as text), after which the text is free
@@ -45,6 +54,25 @@ _PARTIAL_RECIPIENT = re.compile(r"(?:^|[ >])(to=[A-Za-z0-9_.\-]*)$")
 # llama-server reads a trigger's type as its enum's number (common_grammar_trigger_type): 2 is a regex.
 _PATTERN = 2
 _RECIPIENT_IN_HEADER = re.compile(r"to=([A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+)")
+# Where a generated header names its recipient: after a channel's name, or after the role of a header (the
+# generation's first header continues the prompt's "<|start|>assistant": llama.cpp's ^). xgrammar's triggers
+# are strings: the channels' names spelled out.
+_HEADER_STARTS = ("<|channel|>analysis", "<|channel|>commentary", "<|channel|>final", "<|start|>assistant")
+_TO = " to="
+_RECIPIENT_TRIGGER = r"(?:^|<\|channel\|>[A-Za-z]+|<\|start\|>assistant)( to=)"
+# What follows a recipient up to <|message|>: nothing, or a space or a header token and then no other token
+# (in xgrammar and GBNF alike: no empty literal).
+_HEADER_RULES = (
+    'header ::= ((" " | "<|channel|>" | "<|constrain|>") header-more*)?',
+    'header-more ::= [^<] | "<|channel|>" | "<|constrain|>"',
+)
+# A header without a recipient (tool_choice "none"): words after a space or <|constrain|>, none with "=" or ".".
+_PLAIN_HEADER_RULES = (
+    "plain-header ::= plain-more*",
+    'plain-more ::= " " [A-Za-z0-9_-]* | "<|constrain|>" [A-Za-z0-9_-]*',
+)
+# A message body no grammar holds, up to the token that ends it (<|end|>, <|call|>: "<|" is no text).
+_FREE_BODY = 'free-body ::= ([^<] | "<" [^|])*'
 
 
 def final_channel_tag(schema: dict[str, Any]) -> dict[str, Any]:
@@ -126,11 +154,101 @@ def _calls(request: GenerateRequest, prefixed: bool) -> tuple[list[_Call], _Call
     return calls, None
 
 
+def _recipient_calls(request: GenerateRequest) -> tuple[list[_Call], bool]:
+    """(a call of each declared recipient the generation may write, whether the prompt's prefill began the
+    recipient): ``rest`` is what is left of ``to=RECIPIENT`` after the prefill, or the name after `` to=``;
+    ``grammar`` is a grammar tool's arguments (rules under ``prefix``), "" for a body held to nothing."""
+    tail = _prompt_tail(request.prompt_ids)
+    partial = None if _MESSAGE in tail else _PARTIAL_RECIPIENT.search(tail)
+    written = partial[1] if partial else ""
+    tools = {f"{t.namespace}.{t.name}": t for t in request.tool_grammars}
+    calls = []
+    for i, recipient in enumerate(request.recipients or ()):
+        full = f"to={recipient}"
+        if partial and not full.startswith(written):
+            continue  # the prefill names another recipient
+        tool, prefix = tools.get(recipient), f"r{i}-"
+        grammar = _tool_grammar(tool, prefix) if tool is not None else None
+        calls.append(_Call(full[len(written) :] if partial else recipient, grammar or "", prefix))
+    return calls, partial is not None
+
+
+def _recipients_grammar(calls: list[_Call], *, body: bool) -> str:
+    """EBNF whose ``recipients`` rule is one of ``calls``' recipients, its header and ``<|message|>``, then its
+    arguments' grammar (or, when ``body``, the rest of the message: llama.cpp's grammar holds it to the end)."""
+    lines = ["recipients ::= " + " | ".join(f"{call.prefix}call" for call in calls), *_HEADER_RULES]
+    for call in calls:
+        rest = f"{call.prefix}root" if call.grammar else "free-body" if body else ""
+        lines.append(f'{call.prefix}call ::= {_gbnf_literal(call.rest)} header "<|message|>" {rest}'.rstrip())
+        if call.grammar:
+            lines.append(call.grammar.rstrip("\n"))
+    if body:
+        lines.append(_FREE_BODY)
+    return "\n".join(lines) + "\n"
+
+
+def _no_recipient_grammar() -> str:
+    """EBNF of a whole generation whose headers name no recipient (``tool_choice: "none"``; llama.cpp)."""
+    lines = [
+        'root ::= message ("<|end|>" "<|start|>assistant" message)*',
+        'message ::= "<|channel|>" [A-Za-z]+ plain-header "<|message|>" free-body',
+        *_PLAIN_HEADER_RULES,
+        _FREE_BODY,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _recipients_tag(request: GenerateRequest, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The structural tag holding headers' recipients to ``request.recipients`` (and the final answer to
+    ``schema``); None when the prompt ends inside a message (``_calls`` holds that)."""
+    if _MESSAGE in _prompt_tail(request.prompt_ids):
+        return None
+    triggers: list[str] = []
+    tags: list[dict[str, Any]] = []
+    if not request.recipients:
+        # tool_choice "none": each channel's header up to <|message|> without a recipient.
+        content = {"type": "grammar", "grammar": "root ::= plain-header\n" + "\n".join(_PLAIN_HEADER_RULES) + "\n"}
+        for start in _HEADER_STARTS[:3]:
+            if schema is not None and start == "<|channel|>final":
+                continue  # the final answer's own tag starts there
+            triggers.append(start)
+            header = {"type": "tag", "begin": "", "content": content, "end": _MESSAGE}
+            tags.append({"type": "tag", "begin": start, "content": header, "end": ""})
+    else:
+        calls, partial = _recipient_calls(request)
+        if not calls:
+            return None
+        grammar = "root ::= recipients\n" + _recipients_grammar(calls, body=False)
+        if partial:
+            fmt = {"type": "sequence", "elements": [{"type": "grammar", "grammar": grammar}, {"type": "any_text"}]}
+            return {"type": "structural_tag", "format": fmt}
+        for start in _HEADER_STARTS:
+            triggers.append(start + _TO)
+            tags.append(
+                {"type": "tag", "begin": start + _TO, "content": {"type": "grammar", "grammar": grammar}, "end": ""}
+            )
+    if schema is not None:
+        triggers.append("<|channel|>final<|message|>")
+        tags.append(
+            {
+                "type": "tag",
+                "begin": "<|channel|>final<|message|>",
+                "content": {"type": "json_schema", "json_schema": schema},
+                "end": "",
+            }
+        )
+    return {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": triggers, "tags": tags}}
+
+
 def structural_tag(request: GenerateRequest, *, final: bool = True, tools: bool = True) -> dict[str, Any] | None:
     """The xgrammar structural tag for ``request``: its schema (unless not ``final``) and its tools' grammars
     (unless not ``tools``); None for neither."""
     calls, inside = _calls(request, prefixed=False) if tools else ([], None)
     schema = request.response_schema if final else None
+    if tools and request.recipients is not None and inside is None:
+        held = _recipients_tag(request, schema)
+        if held is not None:
+            return held
     if inside is not None:
         # Held to the grammar from the first token; free after it, where <|call|> ends the generation.
         fmt: dict[str, Any] = {
@@ -181,6 +299,8 @@ def lazy_grammar(request: GenerateRequest) -> dict[str, Any] | None:
     calls, inside = _calls(request, prefixed=True)
     if inside is not None:
         return {"grammar": inside.grammar}
+    if request.recipients is not None and _MESSAGE not in _prompt_tail(request.prompt_ids):
+        return _lazy_recipients(request)
     if not calls:
         return None
     lines = ["root ::= " + " | ".join(f"{call.prefix}call" for call in calls)]
@@ -195,3 +315,25 @@ def lazy_grammar(request: GenerateRequest) -> dict[str, Any] | None:
         # The grammar sees the text from the first capture group on: the recipient.
         patterns.append({"type": _PATTERN, "value": f"({_ecma_escape(call.rest)})(?:{after})"})
     return {"grammar": "\n".join(lines) + "\n", "grammar_lazy": True, "grammar_triggers": patterns}
+
+
+def _lazy_recipients(request: GenerateRequest) -> dict[str, Any] | None:
+    """llama-server's grammar holding headers' recipients to ``request.recipients``: from a header's `` to=``
+    (lazy) or, when the prefill began the recipient, from the first token; under ``tool_choice: "none"`` the
+    whole generation, whose headers then name none."""
+    if not request.recipients:
+        return {"grammar": _no_recipient_grammar()}
+    calls, partial = _recipient_calls(request)
+    if not calls:
+        return None
+    if partial:
+        return {"grammar": "root ::= recipients\n" + _recipients_grammar(calls, body=True)}
+    # Triggered at " to=" after a channel's name or a role (or at the generation's start: the prompt's role);
+    # whether llama.cpp feeds the grammar from the capture or from the header's start, the grammar reads both.
+    root = 'root ::= header-start? " to=" recipients\nheader-start ::= "<|channel|>" [A-Za-z]+ | "<|start|>assistant"\n'
+    trigger = {"type": _PATTERN, "value": _RECIPIENT_TRIGGER}
+    return {
+        "grammar": root + _recipients_grammar(calls, body=True),
+        "grammar_lazy": True,
+        "grammar_triggers": [trigger],
+    }

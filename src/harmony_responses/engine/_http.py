@@ -502,7 +502,7 @@ class HTTPEngine(Engine):
     def relax(self, reader: StreamReader) -> str | None:
         """After the engine refused ``reader``'s constraint: stop sending it, for good. What was dropped
         (for the log), or None when there was nothing left to drop."""
-        if self.constrain_tools and reader.request.tool_grammars:
+        if self.constrain_tools and (reader.request.tool_grammars or reader.request.recipients is not None):
             self.constrain_tools = False
             return "custom tools' grammars"
         if self.constrain_final:

@@ -69,6 +69,8 @@ class Prompting:
     # (--constrain-function-arguments): "json" one JSON object, "schema" its schema where a grammar can hold
     # it (as if strict, else one JSON object), "off" nothing. Strict functions are held to their schema always.
     constrain_function_arguments: str = "json"
+    # Hold a header's recipient to the declared tools on engines that constrain calls (--constrain-recipients).
+    constrain_recipients: bool = False
 
 
 def wants_summary(body: dict[str, Any]) -> bool:
@@ -160,6 +162,41 @@ def _tool_grammars(model_request: dict[str, Any], mode: str = "json") -> tuple[T
                 function = _function_grammar(member, tool["name"], mode)
                 if function is not None:
                     out.append(function)
+    return tuple(out)
+
+
+_BROWSER = ("browser.search", "browser.open", "browser.find")
+
+
+def _declared_recipients(model_request: dict[str, Any]) -> tuple[str, ...] | None:
+    """The recipients a header may name, for engines that hold ``to=`` to them (``GenerateRequest.recipients``):
+    each function and custom tool (and those loaded by ``tool_search``) as ``functions.NAME``, a namespace's as
+    ``N.NAME``, an MCP server's listed tools as ``LABEL.NAME``, ``python``, ``browser.*``,
+    ``functions.tool_search``; ``()`` under ``tool_choice: "none"``; None when no tools are declared."""
+    tools = [t for t in model_request.get("tools") or () if isinstance(t, dict)]
+    if not tools:
+        return None
+    if model_request.get("tool_choice") == "none":
+        return ()
+    out: dict[str, None] = {}  # declaration order, once each
+    for tool in [*tools, *_loaded_tools(model_request.get("input"))]:
+        kind, name = tool.get("type"), tool.get("name")
+        if kind in ("function", "custom") and isinstance(name, str):
+            out[f"functions.{name}"] = None
+        elif kind == "namespace" and isinstance(name, str):
+            for member in tool.get("tools") or ():
+                if isinstance(member, dict) and isinstance(member.get("name"), str):
+                    out[f"{name}.{member['name']}"] = None
+        elif kind == "mcp" and isinstance(tool.get("server_label"), str):
+            for entry in tool.get("_mcp_tools") or ():
+                if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                    out[f"{tool['server_label']}.{entry['name']}"] = None
+        elif kind == "code_interpreter":
+            out["python"] = None
+        elif is_web_search(kind):
+            out.update(dict.fromkeys(_BROWSER))
+        elif kind == "tool_search":
+            out["functions.tool_search"] = None
     return tuple(out)
 
 
@@ -519,6 +556,7 @@ async def build_run(
             top_logprobs=options.top_logprobs,
             response_schema=options.response_schema,
             tool_grammars=_tool_grammars(model_request, prompting.constrain_function_arguments),
+            recipients=_declared_recipients(model_request) if prompting.constrain_recipients else None,
             request_id=response_id,
             affinity=affinity_keys(request),
             priority=TIER_PRIORITY.get(request.body.get("service_tier"), 0),  # the tier used (http/quotas.py)

@@ -69,6 +69,7 @@ def create_app(
             knowledge_cutoff=config.knowledge_cutoff,
             reasoning_summaries=config.reasoning_summaries == "reasoning",
             constrain_function_arguments=config.constrain_function_arguments,
+            constrain_recipients=config.constrain_recipients == "declared",
         ),
         containers=ContainerManager(
             limits=config.code_interpreter,

@@ -106,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         secret_key=args.secret_key,
         reasoning_summaries=args.reasoning_summaries,
         constrain_function_arguments=args.constrain_function_arguments,
+        constrain_recipients=args.constrain_recipients,
         store=args.store,
         data_dir=args.data_dir,
         retention=args.retention,

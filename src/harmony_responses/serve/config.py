@@ -60,6 +60,8 @@ class Config:
         constrain_function_arguments: what a non-strict function's call is held to on engines that
             constrain calls: ``json`` (one JSON object), ``schema`` (its schema, as if strict, where a
             grammar can hold it) or ``off``.
+        constrain_recipients: ``declared`` holds a header's recipient to the declared tools on engines that
+            constrain calls (none under ``tool_choice: "none"``); ``off`` takes it as written.
         store: where stored responses and conversations live (``harmony_responses.store``): ``sqlite`` (a
             file in ``data_dir``, the default), ``sqlite:PATH``, or a ``postgresql://…`` URL that several
             server processes may share.
@@ -118,6 +120,7 @@ class Config:
     secret_key: str | None = field(default=None, repr=False)
     reasoning_summaries: str = "reasoning"
     constrain_function_arguments: str = "json"
+    constrain_recipients: str = "off"
     store: str = "sqlite"
     data_dir: str | None = None
     retention: float | None = None

@@ -512,6 +512,16 @@ OPTIONS: tuple[Option, ...] = (
         "(as if strict; else one JSON object), 'off' nothing. Strict functions are always held to their schema",
     ),
     Option(
+        flag="--constrain-recipients",
+        group="tools",
+        choices=("declared", "off"),
+        default="off",
+        help="on engines that constrain calls (vLLM, SGLang, llama.cpp): 'declared' holds the recipient a header "
+        "names after to= to the declared tools (functions, namespaces, MCP servers' listed tools, python, "
+        "browser.*, tool_search) and, under tool_choice none, lets no header name one; 'off' takes the recipient "
+        "as written (an undeclared one becomes a function_call of that name)",
+    ),
+    Option(
         flag="--mcp-allowed-hosts",
         group="tools",
         metavar="HOSTS",
