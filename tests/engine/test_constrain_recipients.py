@@ -111,6 +111,7 @@ def test_tool_choice_none_lets_no_header_name_a_recipient() -> None:
     assert accepts(text, "<|channel|>final <|constrain|>json<|message|>{}")
     assert not accepts(text, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{}")
     assert not accepts(text, "<|channel|>commentary functions.get_weather<|message|>{}")
+    assert not accepts(text, "<|channel|>commentary touming<|message|>{}")  # no word a " to" token begins
     assert not accepts(text, "<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant to=python<|channel|>x")
 
 

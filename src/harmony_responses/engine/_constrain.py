@@ -66,10 +66,12 @@ _HEADER_RULES = (
     'header ::= ((" " | "<|channel|>" | "<|constrain|>") header-more*)?',
     'header-more ::= [^<] | "<|channel|>" | "<|constrain|>"',
 )
-# A header without a recipient (tool_choice "none"): words after a space or <|constrain|>, none with "=" or ".".
+# A header without a recipient (tool_choice "none"): content types after a space or <|constrain|>, none with
+# "=" or "." and none beginning with "to" (so that " to", the recipient's first token, is masked outright).
 _PLAIN_HEADER_RULES = (
     "plain-header ::= plain-more*",
-    'plain-more ::= " " [A-Za-z0-9_-]* | "<|constrain|>" [A-Za-z0-9_-]*',
+    'plain-more ::= " " plain-word | " "? "<|constrain|>" [A-Za-z0-9_-]*',
+    'plain-word ::= ([A-Za-su-z0-9_-] | "t" [A-Za-np-z0-9_-]) [A-Za-z0-9_-]*',
 )
 # A message body no grammar holds, up to the token that ends it (<|end|>, <|call|>: "<|" is no text).
 _FREE_BODY = 'free-body ::= ([^<] | "<" [^|])*'
