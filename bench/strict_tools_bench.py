@@ -11,8 +11,11 @@ function tools of Codex's size (a dozen properties each: strings, enums, integer
    writing the same 30-token call, with the tools' lazy grammar and without, medians of alternating runs;
    the difference is llama.cpp's parsing of the grammar plus its masking of the constrained tokens.
 
-vLLM and SGLang compile the structural tag with xgrammar in their own process (they cache compiled
-grammars by the tag's text); their tier is not installed on this machine, so no figure for them here.
+3. vLLM (when ``VLLM_PYTHON`` and ``VLLM_MODEL`` are set, as ``scripts/engines/vllm`` prints them): vLLM's
+   own server with the tier's scripted executor (no model runs: a step costs microseconds), one
+   ``/v1/completions`` request of 30 tokens with the tools' structural tag, the first time a tag is seen
+   (xgrammar compiles it in vLLM's process) and again (vLLM's compiled-grammar cache), against the same
+   request unconstrained. The difference is xgrammar's compile plus its masking in vLLM's scheduler.
 """
 
 from __future__ import annotations
@@ -146,6 +149,58 @@ def llamacpp() -> None:
         engine.stop()
 
 
+def vllm() -> None:
+    if not os.environ.get("VLLM_PYTHON") or not os.environ.get("VLLM_MODEL"):
+        print("3. vLLM: skipped (run `export $(scripts/engines/vllm | xargs)` first)")
+        return
+    import tempfile
+
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from real_engines.tiny_model import harmony_ids
+    from real_engines.vllm.conftest import SERVED_MODEL, VLLM
+
+    server = VLLM("bench", [], Path(tempfile.mkdtemp(prefix="strict-bench-")))
+    server.start()
+    prompt = harmony_ids("<|start|>user<|message|>What is the weather in Paris?<|end|><|start|>assistant")
+    print("3. vLLM: one 30-token completion, wall ms (medians), the tools' structural tag first seen / again vs none")
+    try:
+        server.wait_ready()
+        with httpx.Client(base_url=server.url, timeout=300) as client:
+
+            def run(tag: dict[str, Any] | None) -> float:
+                body: dict[str, Any] = {"model": SERVED_MODEL, "prompt": prompt, "max_tokens": 30, "temperature": 0}
+                body["ignore_eos"] = True
+                if tag is not None:
+                    body["structured_outputs"] = {"structural_tag": orjson.dumps(tag).decode()}
+                t0 = time.perf_counter()
+                client.post("/v1/completions", json=body).raise_for_status()
+                return time.perf_counter() - t0
+
+            run(None)  # vLLM's first request warms what is not grammar
+            for n in SIZES:
+                bare, first, again = [], [], []
+                for r in range(ROUNDS):
+                    # Every round's last tool gains its own enum property: a tag vLLM has not compiled yet.
+                    tools = [codex_sized(i) for i in range(n)]
+                    params = tools[-1]["parameters"]
+                    params["properties"]["round"] = {"type": "string", "enum": [f"r{r}-{n}"]}
+                    params["required"] = [*params["required"], "round"]
+                    tag = _constrain.structural_tag(request_for(tools, prompt))
+                    bare.append(run(None))
+                    first.append(run(tag))
+                    again.append(run(tag))
+                b, f, a = (statistics.median(x) for x in (bare, first, again))
+                print(
+                    f"   {n:>2} tools: first {f * 1e3:7.1f} ms ({f / b:5.2f}x), again {a * 1e3:7.1f} ms "
+                    f"({a / b:4.2f}x), unconstrained {b * 1e3:6.1f} ms"
+                )
+    finally:
+        server.stop()
+
+
 if __name__ == "__main__":
     ours()
     llamacpp()
+    vllm()

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harmony_responses.grammar import schema_grammar
+from harmony_responses.grammar import UnsupportedGrammar, schema_grammar
 
 from .ebnf import accepts
 from .fakes import LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
@@ -120,10 +120,13 @@ def test_constrain_function_arguments_schema_and_off(kind: str, mode: str) -> No
     if mode == "off":
         assert "to=functions.loose " not in tags and "to=functions.optional " not in tags
         return
-    # schema: a non-strict schema a grammar can hold is held as if strict; one it cannot (an optional
-    # property), to one JSON object.
-    assert tags["to=functions.loose<|message|>"]["content"]["grammar"] == strict
-    assert "root ::= object" in tags["to=functions.optional<|message|>"]["content"]["grammar"]
+    # schema: a non-strict schema a grammar can hold is held to it, closed to its properties; an optional
+    # property may be left out.
+    judge(tags["to=functions.loose<|message|>"]["content"]["grammar"])
+    optional_grammar = tags["to=functions.optional<|message|>"]["content"]["grammar"]
+    assert "root ::= object" not in optional_grammar
+    assert accepts(optional_grammar, "{}") and accepts(optional_grammar, '{"a": "x"}')
+    assert not accepts(optional_grammar, '{"b": "x"}') and not accepts(optional_grammar, "[]")
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -163,3 +166,34 @@ def test_non_strict_functions_under_off_and_tool_choice_none_are_not_constrained
         for sent in s.fake.requests:
             sampling = sent.get("sampling_params", sent)
             assert "structured_outputs" not in sampling and "structural_tag" not in sampling and "grammar" not in sent
+
+
+def test_an_optional_property_may_be_left_out_in_an_mcp_or_schema_mode_grammar() -> None:
+    # An MCP tool's inputSchema (closed to its properties): "q" required, "limit" and "lang" optional.
+    schema = {
+        "type": "object",
+        "properties": {"limit": {"type": "integer"}, "q": {"type": "string"}, "lang": {"enum": ["en", "fr"]}},
+        "required": ["q"],
+        "additionalProperties": False,
+    }
+    grammar = schema_grammar(orjson.dumps(schema).decode(), optional=True)
+    for arguments in (
+        {"q": "a"},
+        {"limit": 3, "q": "a"},
+        {"q": "a", "lang": "fr"},
+        {"limit": 1, "q": "", "lang": "en"},
+    ):
+        assert accepts(grammar, json.dumps(arguments)), arguments
+        assert accepts(grammar, json.dumps(arguments, indent=2)), arguments
+    for arguments in ({}, {"limit": 3}, {"q": 1}, {"q": "a", "x": 1}, {"q": "a", "lang": "de"}):
+        assert not accepts(grammar, json.dumps(arguments)), arguments
+    assert not accepts(grammar, '{"q": "a",}') and not accepts(grammar, '{, "q": "a"}')
+    # Every property optional: the empty object too, and no stray comma.
+    loose = {**schema, "required": []}
+    grammar = schema_grammar(orjson.dumps(loose).decode(), optional=True)
+    for arguments in ({}, {"lang": "en"}, {"limit": 2, "lang": "en"}):
+        assert accepts(grammar, json.dumps(arguments)), arguments
+    assert not accepts(grammar, '{"limit": 2,}')
+    # The API's strict mode requires every property: the same schema is refused without ``optional``.
+    with pytest.raises(UnsupportedGrammar, match="every property must be required"):
+        schema_grammar(orjson.dumps(schema).decode())

@@ -123,8 +123,10 @@ class ToolGrammar:
 
     ``syntax`` is a custom tool's ``format.syntax`` (``"lark"`` or ``"regex"``: its ``input`` must match
     ``definition``), or ``"json_schema"`` for a strict function (``definition`` is its parameters' JSON
-    text: the arguments must match it), or ``"json_object"`` for another function (any one JSON object:
-    ``--constrain-function-arguments json``). ``namespace`` is where the prompt declares it (``functions``, a
+    text: the arguments must match it), ``"json_schema_optional"`` the same with the properties outside
+    ``required`` optional (an MCP tool's ``inputSchema``, a non-strict function under
+    ``--constrain-function-arguments schema``), or ``"json_object"`` for another function (any one JSON
+    object: ``--constrain-function-arguments json``). ``namespace`` is where the prompt declares it (``functions``, a
     namespace tool's name).
     """
 

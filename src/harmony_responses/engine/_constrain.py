@@ -8,7 +8,9 @@ Only parts of a completion are constrained, never the Harmony headers, the analy
   recipient before the channel), and what follows ``<|message|>`` is held to ``_grammar.input_grammar``;
 - a strict function's arguments (``syntax="json_schema"``, in ``functions`` or a namespace ``N``: the call
   is ``to=N.NAME``) the same way, held to ``grammar.schema_grammar`` of its parameters; another
-  function's (``syntax="json_object"``, ``--constrain-function-arguments json``) to one JSON object.
+  function's (``syntax="json_object"``, ``--constrain-function-arguments json``) to one JSON object; an
+  MCP tool's (or, under ``--constrain-function-arguments schema``, a non-strict function's) schema whose
+  optional properties may be left out (``syntax="json_schema_optional"``).
 
 A call is recognised by ``to=NAMESPACE.NAME`` followed by what may follow a recipient in a header (a
 space, ``<|channel|>``, ``<|constrain|>``, ``<|message|>``), so that a tool whose name begins another's is
@@ -121,10 +123,10 @@ def _tool_grammar(tool: ToolGrammar, prefix: str) -> str | None:
     """The EBNF (rule ``{prefix}root``) of what a call of ``tool`` writes after ``<|message|>``, or None."""
     if tool.syntax == "json_object":
         return object_grammar(prefix)
-    if tool.syntax != "json_schema":
+    if tool.syntax not in ("json_schema", "json_schema_optional"):
         return input_grammar(tool.syntax, tool.definition, prefix)
     try:
-        return schema_grammar(tool.definition, prefix)
+        return schema_grammar(tool.definition, prefix, optional=tool.syntax == "json_schema_optional")
     except UnsupportedGrammar:
         return None  # request validation refuses these schemas: only a non-strict one gets here
 

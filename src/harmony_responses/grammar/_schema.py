@@ -64,9 +64,12 @@ _BASE = {
 
 
 class _Writer:
-    def __init__(self, root: dict[str, Any], prefix: str) -> None:
+    def __init__(self, root: dict[str, Any], prefix: str, optional: bool = False) -> None:
         self.root = root
         self.prefix = prefix
+        # Properties outside ``required`` may be left out (in declared order): MCP input schemas and
+        # ``--constrain-function-arguments schema``, not the API's strict mode, which requires every one.
+        self.optional = optional
         self.rules: dict[str, str] = {}
         self.refs: dict[str, str] = {}
         self.used_base: set[str] = set()
@@ -157,7 +160,7 @@ class _Writer:
         if schema.get("additionalProperties") is not False:
             raise UnsupportedGrammar(f"In context={path!r}, 'additionalProperties' is required to be false.")
         missing = [k for k in properties if k not in required]
-        if missing:
+        if missing and not self.optional:
             raise UnsupportedGrammar(f"In context={path!r}, every property must be required: '{missing[0]}' is not.")
         ws = self.base("ws")
         members = [
@@ -166,7 +169,26 @@ class _Writer:
         ]
         if not members:
             return self.new_rule(f'"{{" {ws} "}}"')
-        return self.new_rule(f'"{{" {ws} ' + f' "," {ws} '.join(members) + ' "}"')
+        if not missing:
+            return self.new_rule(f'"{{" {ws} ' + f' "," {ws} '.join(members) + ' "}"')
+        return self.new_rule(f'"{{" {ws} {self.members(members, [k in required for k in properties])} "}}"')
+
+    def members(self, members: list[str], required: list[bool]) -> str:
+        """The members of an object whose optional ones may be left out, in declared order, commas between.
+
+        ``first[i]`` writes at least one member from ``i`` on (skipping only optional ones), then every
+        later required member and any later optional one: linear in rules, never an empty rule."""
+        ws = self.base("ws")
+        n = len(members)
+        tails = ["" for _ in range(n + 1)]
+        for i in range(n - 1, -1, -1):
+            piece = f'"," {ws} {members[i]}'
+            tails[i] = (piece if required[i] else f"({piece})?") + (" " + tails[i + 1] if tails[i + 1] else "")
+        first = ""
+        for i in range(n - 1, -1, -1):
+            this = f"{members[i]} {tails[i + 1]}".strip()
+            first = self.new_rule(this if required[i] or not first else f"{this} | {first}")
+        return first if any(required) else f"({first})?"
 
     def array(self, schema: dict[str, Any], path: tuple[str | int, ...]) -> str:
         item = self.node(schema.get("items", True), (*path, "items"))
@@ -308,16 +330,17 @@ def _unanchored(pattern: Any, path: tuple[str | int, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(encoded: str, prefix: str) -> str:
-    return _Writer(orjson.loads(encoded), prefix).grammar()
+def _cached(encoded: str, prefix: str, optional: bool = False) -> str:
+    return _Writer(orjson.loads(encoded), prefix, optional).grammar()
 
 
-def schema_grammar(encoded: str, prefix: str = "") -> str:
-    """EBNF (rule ``{prefix}root``) for a JSON value matching the schema ``encoded`` (its JSON text).
+def schema_grammar(encoded: str, prefix: str = "", *, optional: bool = False) -> str:
+    """EBNF (rule ``{prefix}root``) for a JSON value matching the schema ``encoded`` (its JSON text); with
+    ``optional``, properties outside ``required`` may be left out (else the schema must require them all).
 
     Raises ``UnsupportedGrammar`` (the message names where) for what the grammar cannot express."""
     try:
-        return _cached(encoded, prefix)
+        return _cached(encoded, prefix, optional)
     except RecursionError:
         raise UnsupportedGrammar("the schema nests too deeply to be constrained.") from None
 
@@ -329,10 +352,10 @@ def object_grammar(prefix: str = "") -> str:
     return _Writer({}, prefix).grammar(any_object=True)
 
 
-def schema_problem(schema: dict[str, Any]) -> str | None:
-    """Why ``schema`` cannot be held to a grammar, or None."""
+def schema_problem(schema: dict[str, Any], *, optional: bool = False) -> str | None:
+    """Why ``schema`` cannot be held to a grammar (``optional`` as ``schema_grammar`` says), or None."""
     try:
-        schema_grammar(orjson.dumps(schema).decode())
+        schema_grammar(orjson.dumps(schema).decode(), optional=optional)
     except UnsupportedGrammar as exc:
         return str(exc)
     return None

@@ -99,9 +99,13 @@ def _function_grammar(tool: Any, namespace: str, mode: str) -> ToolGrammar | Non
         return None
     name, parameters = tool["name"], tool.get("parameters")
     strict = tool.get("strict") is True
-    if isinstance(parameters, dict) and (strict or (mode == "schema" and grammar_schema_problem(parameters) is None)):
+    if isinstance(parameters, dict) and strict:
         definition = orjson.dumps(parameters).decode()
         return ToolGrammar(name=name, syntax="json_schema", definition=definition, namespace=namespace)
+    closed = _closed(parameters)
+    if mode == "schema" and isinstance(closed, dict) and grammar_schema_problem(closed, optional=True) is None:
+        definition = orjson.dumps(closed).decode()
+        return ToolGrammar(name=name, syntax="json_schema_optional", definition=definition, namespace=namespace)
     if mode in ("json", "schema"):
         return ToolGrammar(name=name, syntax="json_object", definition="", namespace=namespace)
     return None
@@ -122,16 +126,17 @@ def _closed(schema: Any) -> Any:
 
 def _mcp_grammars(tool: dict[str, Any], mode: str) -> list[ToolGrammar]:
     """An MCP server's listed tools (``_mcp_tools``, from ``_prepare_mcp``): each held to its ``inputSchema``
-    where a grammar can hold it (every property required), else as ``mode`` holds a non-strict function."""
+    where a grammar can hold it (its optional properties may be left out, in declared order), else as
+    ``mode`` holds a non-strict function."""
     label, out = tool.get("server_label"), []
     for entry in tool.get("_mcp_tools") or ():
         name = entry.get("name") if isinstance(entry, dict) else None
         if not isinstance(label, str) or not isinstance(name, str):
             continue
         schema = _closed(entry.get("input_schema", entry.get("parameters")))
-        if isinstance(schema, dict) and grammar_schema_problem(schema) is None:
+        if isinstance(schema, dict) and grammar_schema_problem(schema, optional=True) is None:
             definition = orjson.dumps(schema).decode()
-            out.append(ToolGrammar(name=name, syntax="json_schema", definition=definition, namespace=label))
+            out.append(ToolGrammar(name=name, syntax="json_schema_optional", definition=definition, namespace=label))
         elif mode in ("json", "schema"):
             out.append(ToolGrammar(name=name, syntax="json_object", definition="", namespace=label))
     return out
