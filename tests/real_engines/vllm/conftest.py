@@ -60,9 +60,10 @@ class Script:
         self.rules: dict[str, dict[str, Any]] = {}
         self._write()
 
-    def say(self, match: str, text: str, delay: float = 0.0) -> list[int]:
+    def say(self, match: str, text: str, delay: float = 0.0, hold: Path | None = None) -> list[int]:
+        """``hold``: while this file exists the request stays running before its last id (scripted_executor.py)."""
         ids = harmony(text)
-        self.rules[match] = {"match": match, "ids": ids, "delay": delay}
+        self.rules[match] = {"match": match, "ids": ids, "delay": delay, "hold": str(hold) if hold else None}
         self._write()
         return ids
 

@@ -7,13 +7,17 @@ processing, scheduler (chunked prefill, prefix caching, aborts), structured outp
 detokenizer and output processing all run as they would on a GPU.
 
 What the "model" writes is read from ``HARMONY_VLLM_SCRIPT`` (a JSON file, re-read for each new
-request): ``{"rules": [{"match": TEXT, "ids": [...], "delay": SECONDS}], "default": [...]}``. The rule
-whose ``match`` occurs latest in the decoded prompt wins (so a conversation answers its newest turn;
-at the same place the longer key);
-``ids`` are generated in order, one per step, ``delay`` seconds apart. Past the script's end it writes
-``<|endoftext|>``. When structured outputs constrain a request, the scripted id is taken only if the
-grammar's bitmask allows it; otherwise the first allowed id in ``<|return|>``, then the lowest allowed
-id (so a grammar that forbids the script shows in the output, as it would with a real model).
+request): ``{"rules": [{"match": TEXT, "ids": [...], "delay": SECONDS, "hold": PATH}], "default": [...]}``.
+The rule whose ``match`` occurs latest in the decoded prompt wins (so a conversation answers its newest
+turn; at the same place the longer key); ``ids`` are generated in order, one per step, ``delay`` seconds
+apart. Past the script's end it writes ``<|endoftext|>``. A rule with ``hold`` keeps its request running
+while the file ``PATH`` exists: once all but the last of its ``ids`` are written, it writes the last one
+written again, a step at a time (``delay`` apart, 10 ms at least; the log says ``held`` at the first), and
+its last id only once the file is gone; so a test keeps a scheduler slot taken as long as it needs, while
+vLLM goes on stepping (admitting, queueing, reporting its stats) around it. When structured outputs
+constrain a request, the scripted id is taken only if the grammar's bitmask allows it; otherwise the first
+allowed id in ``<|return|>``, then the lowest allowed id (so a grammar that forbids the script shows in
+the output, as it would with a real model).
 
 Logprobs are deterministic: the sampled id gets ``-0.25``, alternatives are the next ids with
 ``-1, -2, …``; an alternative the grammar forbids gets ``-inf`` (what a masked real model reports).
@@ -45,6 +49,8 @@ EOT, RETURN = 199999, 200002
 SAMPLED_LOGPROB = -0.25
 # KV cache the scheduler may hand out (bytes; the spec below makes it a few thousand blocks).
 KV_BYTES = 64 << 20
+# The shortest step of a held request (seconds): a hold keeps vLLM stepping, not spinning.
+HOLD_STEP = 0.01
 
 
 @dataclass
@@ -54,7 +60,9 @@ class _Req:
     script: list[int]
     delay: float
     match: str | None
+    hold: str | None = None
     out: list[int] = field(default_factory=list)
+    held: int = 0  # ids written again while held (not the script's)
     computed: int = 0
 
 
@@ -63,7 +71,7 @@ class _Script:
         self.path = os.environ.get("HARMONY_VLLM_SCRIPT")
         self.tokenizer: Any = None
 
-    def choose(self, model_path: str, prompt: list[int]) -> tuple[list[int], float, str | None]:
+    def choose(self, model_path: str, prompt: list[int]) -> tuple[list[int], float, str | None, str | None]:
         data: dict[str, Any] = {}
         if self.path and os.path.exists(self.path):
             with open(self.path) as f:
@@ -78,8 +86,8 @@ class _Script:
                 if at[0] >= 0 and at > where:
                     best, where = rule, at
             if best is not None:
-                return list(best["ids"]), float(best.get("delay", 0.0)), best["match"]
-        return list(data.get("default") or []), 0.0, None
+                return list(best["ids"]), float(best.get("delay", 0.0)), best["match"], best.get("hold")
+        return list(data.get("default") or []), 0.0, None, None
 
     def _decode(self, model_path: str, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -183,9 +191,9 @@ class _Worker:
                 self.log.write(event="finished", req_id=req_id, match=req.match, generated=len(req.out))
         for new in so.scheduled_new_reqs:
             prompt = list(new.prompt_token_ids or [])
-            script, delay, match = self.script.choose(self.model_path, prompt)
+            script, delay, match, hold = self.script.choose(self.model_path, prompt)
             self.reqs[new.req_id] = _Req(
-                prompt, new.sampling_params, script, delay, match, computed=new.num_computed_tokens
+                prompt, new.sampling_params, script, delay, match, hold, computed=new.num_computed_tokens
             )
             self.log.write(
                 event="new",
@@ -224,7 +232,11 @@ class _Worker:
                 rows.append((0, [0] * width, [0.0] * width))
                 continue
             mask = masks.get(req_id)
-            token = self._pick(req, mask)
+            if self._held(req_id, req):
+                token = req.out[-1]
+                delay = max(delay, HOLD_STEP)
+            else:
+                token = self._pick(req, mask)
             req.out.append(token)
             sampled.append([token])
             alts = [(token + j) % self.vocab for j in range(1, width)]
@@ -249,8 +261,18 @@ class _Worker:
             logprobs=logprobs,
         )
 
+    def _held(self, req_id: str, req: _Req) -> bool:
+        """Whether ``req`` writes its last id again this step (its rule's hold file exists)."""
+        written = len(req.out) - req.held
+        if not req.hold or not req.out or written != len(req.script) - 1 or not os.path.exists(req.hold):
+            return False
+        if not req.held:  # the first held step: a test waits for this line
+            self.log.write(event="held", req_id=req_id, match=req.match)
+        req.held += 1
+        return True
+
     def _pick(self, req: _Req, mask: Any) -> int:
-        k = len(req.out)
+        k = len(req.out) - req.held
         token = req.script[k] if k < len(req.script) else EOT
         if mask is None or _allowed(mask, token):
             return token
