@@ -784,7 +784,7 @@ def test_media_parts_are_rejected_with_their_param() -> None:
 
 
 @pytest.mark.parametrize(
-    "kind", ["computer_call", "local_shell_call", "image_generation_call", "file_search_call", "shell_call", "made_up"]
+    "kind", ["computer_call", "local_shell_call", "image_generation_call", "shell_call", "made_up"]
 )
 def test_unrepresentable_items_name_their_type(kind: str) -> None:
     err = error_of({"input": [{"role": "user", "content": "x"}, {"type": kind, "id": "x"}]})
@@ -830,7 +830,6 @@ def test_input_errors(request_: dict[str, Any], param: str, code: str) -> None:
 @pytest.mark.parametrize(
     "kind",
     [
-        "file_search",
         "computer_use_preview",
         "image_generation",
         "local_shell",
@@ -1016,7 +1015,8 @@ def test_tool_choice_allowed_tools_declares_only_those() -> None:
         ([], "required", "tool_choice"),
         ([WEATHER_TOOL], "sometimes", "tool_choice"),
         ([WEATHER_TOOL], 3, "tool_choice"),
-        ([WEATHER_TOOL], {"type": "file_search"}, "tool_choice.type"),
+        ([WEATHER_TOOL], {"type": "file_search"}, "tool_choice"),
+        ([WEATHER_TOOL], {"type": "computer_use_preview"}, "tool_choice.type"),
         ([WEATHER_TOOL], {"type": "custom", "name": "x"}, "tool_choice"),
         ([WEATHER_TOOL], {"type": "web_search_preview"}, "tool_choice"),
         ([WEATHER_TOOL], {"type": "code_interpreter"}, "tool_choice"),
@@ -1030,6 +1030,11 @@ def test_tool_choice_allowed_tools_declares_only_those() -> None:
         (
             [WEATHER_TOOL],
             {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "file_search"}]},
+            "tool_choice.tools[0]",
+        ),
+        (
+            [WEATHER_TOOL],
+            {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "computer_use_preview"}]},
             "tool_choice.tools[0].type",
         ),
         ([WEATHER_TOOL], {"type": "allowed_tools", "mode": "auto", "tools": "all"}, "tool_choice.tools"),

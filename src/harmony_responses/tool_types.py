@@ -18,7 +18,6 @@ _WEB_SEARCH_TYPE = re.compile(r"^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$")
 
 UNSUPPORTED_TOOL_TYPES = frozenset(
     {
-        "file_search",
         "image_generation",
         "computer_use_preview",
         "computer_use",

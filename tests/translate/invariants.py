@@ -37,6 +37,7 @@ ID_PREFIX = {
     "custom_tool_call": "ctc_",
     "code_interpreter_call": "ci_",
     "web_search_call": "ws_",
+    "file_search_call": "fs_",
     "mcp_call": "mcp_",
     "mcp_list_tools": "mcpl_",
     "mcp_approval_request": "mcpr_",
@@ -91,6 +92,9 @@ _CODES = {
     "response.web_search_call.in_progress": "I",
     "response.web_search_call.searching": "S",
     "response.web_search_call.completed": "K",
+    "response.file_search_call.in_progress": "I",
+    "response.file_search_call.searching": "S",
+    "response.file_search_call.completed": "K",
     "response.mcp_call.in_progress": "I",
     "response.mcp_call_arguments.delta": "m",
     "response.mcp_call_arguments.done": "M",
@@ -121,6 +125,9 @@ _GRAMMAR = {
     ("web_search_call", "completed"): "AISKZ",
     ("web_search_call", "failed"): "AISZ",
     ("web_search_call", "incomplete"): "AIS?Z",
+    ("file_search_call", "completed"): "AISKZ",
+    ("file_search_call", "failed"): "AISZ",
+    ("file_search_call", "incomplete"): "AIS?Z",
     ("mcp_call", "completed"): "AIm*MKZ",
     ("mcp_call", "failed"): "AIm*MXZ",
     ("mcp_call", "incomplete"): "AIm*MZ",
@@ -400,6 +407,9 @@ def _check_item(added: dict[str, Any], item: dict[str, Any], trace: list[dict[st
             assert item.get("error") and item.get("output") is None
     elif kind == "web_search_call":
         assert item["action"]["type"] in ("search", "open_page", "find_in_page")
+    elif kind == "file_search_call":
+        assert all(isinstance(q, str) for q in item["queries"]) and added["results"] is None
+        assert item["results"] is None or status == "completed", "results on a search that did not complete"
     elif kind == "mcp_list_tools":
         failed = codes[2] == "X"
         assert failed == isinstance(item.get("error"), str), "failed event and error field disagree"
@@ -448,6 +458,10 @@ def _check_annotations(trace: list[dict[str, Any]], part: dict[str, Any]) -> Non
                 start, end = annotation["start_index"], annotation["end_index"]
                 assert 0 <= start <= end <= len(text), f"annotation {annotation} announced before its text"
                 assert annotation["url"] and isinstance(annotation["title"], str)
+            elif annotation.get("type") == "file_citation":
+                # Where the removed marker stood: the text announced so far ends there.
+                assert annotation["index"] == len(text), f"annotation {annotation} not where its marker was"
+                assert annotation["file_id"] and isinstance(annotation["filename"], str)
             announced.append(annotation)
     assert part["annotations"] == announced, "the part's annotations are not the announced ones"
 

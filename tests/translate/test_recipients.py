@@ -120,7 +120,13 @@ def test_is_tool_name(tools: list[dict], word: str, is_tool: bool) -> None:
 
 
 def test_item_kinds() -> None:
-    assert {kind for kind in ItemKind if kind.is_builtin_tool} == {CI, WS, MCP, ItemKind.TOOL_SEARCH_CALL}
+    assert {kind for kind in ItemKind if kind.is_builtin_tool} == {
+        CI,
+        WS,
+        ItemKind.FILE_SEARCH,
+        MCP,
+        ItemKind.TOOL_SEARCH_CALL,
+    }
     assert {kind.value for kind in ItemKind} == {
         "reasoning",
         "message",
@@ -128,11 +134,22 @@ def test_item_kinds() -> None:
         "custom_tool_call",
         "code_interpreter_call",
         "web_search_call",
+        "file_search_call",
         "mcp_call",
         "mcp_approval_request",
         "tool_search_call",
         "client_tool_search_call",
     }
+
+
+def test_file_search_resolves_only_when_declared() -> None:
+    declared = RecipientMap.from_tools([{"type": "file_search", "vector_store_ids": ["vs_1"]}])
+    assert declared.resolve("file_search.msearch") == Target(ItemKind.FILE_SEARCH, "msearch", "file_search")
+    assert declared.resolve("functions.file_search.msearch").kind is ItemKind.FILE_SEARCH
+    assert declared.is_tool_name("file_search.msearch") and not declared.is_tool_name("file_search.other")
+    undeclared = RecipientMap.from_tools([])
+    assert undeclared.resolve("file_search.msearch") == Target(ItemKind.FUNCTION_CALL, "file_search.msearch")
+    assert not undeclared.is_tool_name("file_search.msearch")
 
 
 @pytest.mark.parametrize(

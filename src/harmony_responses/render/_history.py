@@ -20,6 +20,10 @@ Owns the item mapping and the chain-of-thought rule:
   message on commentary (the name found through ``call_id`` among earlier calls).
 - ``custom_tool_call`` / ``_output`` (history only) → the same shape without the json content type.
 - ``web_search_call`` → ``assistant to=browser.search|open|find`` on analysis, content type ``code``;
+  ``file_search_call`` → ``assistant to=file_search.msearch`` on analysis, ``{"queries": [...]}`` as content type
+  ``code``, plus, when it has ``results``, the ``file_search.msearch`` tool message listing them
+  (``_file_search.results_text``, numbered by the call's place among the conversation's file searches:
+  the text the server's search answered with);
   ``code_interpreter_call`` → ``assistant to=python`` code plus a ``python`` tool message with its logs;
   ``mcp_call`` → ``assistant to=LABEL.NAME`` plus a ``LABEL.NAME`` tool message with the output or error
   (MCP servers are built-in-style system namespaces, so both sit on analysis like browser and python).
@@ -51,6 +55,7 @@ from openai_harmony import Author, Message, Role
 
 from ._compaction import compacted_items, summary_text
 from ._errors import RenderError
+from ._file_search import results_text
 from ._text import compact_json
 from ._tool_search import SEARCH_NAME, loaded_namespaces, loaded_tools_text
 from ._tools import tool_spec
@@ -72,7 +77,6 @@ _UNREPRESENTABLE = frozenset(
         "apply_patch_call",
         "apply_patch_call_output",
         "image_generation_call",
-        "file_search_call",
     }
 )
 
@@ -194,6 +198,7 @@ _CALLS = frozenset(
         "function_call",
         "custom_tool_call",
         "web_search_call",
+        "file_search_call",
         "code_interpreter_call",
         "mcp_call",
         "mcp_approval_request",
@@ -320,6 +325,26 @@ def _web_search_call(item: dict[str, Any]) -> Message | None:
     )
 
 
+_FILE_SEARCH_RECIPIENT = "file_search.msearch"
+
+
+def _file_search_call(item: dict[str, Any], number: int, loc: Location) -> list[Message]:
+    """The call as the model writes it, and the results it read when the item carries them."""
+    queries = item.get("queries")
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise _error(loc, ".queries", f"Invalid type for '{loc.path}.queries': expected an array of strings.")
+    call = (
+        _assistant(json.dumps({"queries": queries}, ensure_ascii=False), "analysis")
+        .with_recipient(_FILE_SEARCH_RECIPIENT)
+        .with_content_type("code")
+    )
+    results = item.get("results")
+    if not isinstance(results, list):
+        return [call]  # results not included: what the model read is not known
+    shown = [r for r in results if isinstance(r, dict)]
+    return [call, _tool_result(_FILE_SEARCH_RECIPIENT, results_text(number, queries, shown), "analysis")]
+
+
 @dataclass(frozen=True)
 class PendingMcpCall:
     """An MCP call the user approved that has not run yet: the conversation ends with it."""
@@ -417,6 +442,7 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
     approval_requests: dict[str, tuple[str, str, str]] = {}  # id → (server_label, name, arguments)
 
     recipients: dict[str, str] = {}  # call_id → recipient of the call, for its output's author
+    file_searches = 0  # file_search_call items so far: the number of the next one's results (results_text)
     for index, (item, kind, loc) in enumerate(typed):
         if kind == "message":
             role = item.get("role")
@@ -491,6 +517,9 @@ def build_history(entries: list[tuple[Any, Location]]) -> History:
             call = _web_search_call(item)
             if call is not None:
                 history.messages.append(call)
+        elif kind == "file_search_call":
+            history.messages.extend(_file_search_call(item, file_searches, loc))
+            file_searches += 1
         elif kind == "code_interpreter_call":
             code = item.get("code")
             history.messages.append(

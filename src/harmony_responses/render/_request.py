@@ -66,6 +66,7 @@ def _plain_system(
     effort: ReasoningEffort,
     browser: bool,
     python: bool,
+    file_search: bool,
     current_date: str,
     knowledge_cutoff: str,
     python_description: str | None,
@@ -76,7 +77,7 @@ def _plain_system(
     the rest of a short request's rendering)."""
     system = build_system_message(
         effort=effort,
-        tools=ToolSet(browser=browser, python=python),
+        tools=ToolSet(browser=browser, python=python, file_search=file_search),
         current_date=current_date,
         knowledge_cutoff=knowledge_cutoff,
         python_description=python_description,
@@ -146,7 +147,14 @@ def render_request(
         system_ids = MESSAGES.render(encoding, system, function_tools=function_tools)
     else:
         system, system_ids = _plain_system(
-            effort, tools.browser, tools.python, current_date, knowledge_cutoff, python_description, function_tools
+            effort,
+            tools.browser,
+            tools.python,
+            tools.file_search,
+            current_date,
+            knowledge_cutoff,
+            python_description,
+            function_tools,
         )
     developer = build_developer_message(instructions=instructions, tools=tools, text=request.get("text"))
     rest = ([developer] if developer is not None else []) + history.messages

@@ -17,6 +17,7 @@ from typing import Any
 from openai_harmony import Message, ReasoningEffort, Role, SystemContent, ToolNamespaceConfig
 
 from ._errors import RenderError
+from ._file_search import FILE_SEARCH_NAMESPACE, file_search_namespace
 from ._schema_ts import namespace_body
 from ._tools import ToolSet
 
@@ -86,6 +87,11 @@ def build_system_message(
     if tools.python:
         content = content.with_tools(
             ToolNamespaceConfig(name="python", description=python_description or DEFAULT_PYTHON_DESCRIPTION, tools=[])
+        )
+    if tools.file_search:
+        # Pre-rendered like an MCP server's namespace (namespace_body): a tool-less namespace prints it verbatim.
+        content = content.with_tools(
+            ToolNamespaceConfig(name=FILE_SEARCH_NAMESPACE, description=file_search_namespace(), tools=[])
         )
     for server in tools.mcp:
         if server.tools:

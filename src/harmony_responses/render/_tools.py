@@ -15,6 +15,7 @@ Owns the mapping of Responses tool types onto Harmony namespaces:
 - ``namespace`` (Codex) → a developer namespace of its own, ``namespace N { ... }``, so the model calls
   ``to=N.f`` and the translator maps that back to ``function_call{name: f, namespace: N}``;
 - ``web_search`` / ``web_search_preview`` (and dated variants) → the system ``browser`` namespace;
+- ``file_search`` → the system ``file_search`` namespace, its one function ``msearch`` (``_file_search``);
 - ``code_interpreter`` → the system ``python`` namespace;
 - ``mcp`` → a system namespace named by ``server_label``.
 
@@ -34,9 +35,11 @@ from ._tool_search import SEARCH_NAME, DeferredTool, ToolSearch, search_tool_spe
 
 __all__ = ["McpServer", "ToolSet", "apply_tool_choice", "parse_tools", "tool_spec"]
 
-_SUPPORTED = "function, custom, namespace, tool_search, web_search, web_search_preview, code_interpreter and mcp"
+_SUPPORTED = (
+    "function, custom, namespace, tool_search, web_search, web_search_preview, file_search, code_interpreter and mcp"
+)
 # Namespaces harmony and our system message already use; a developer namespace must not shadow them.
-_RESERVED_NAMESPACES = frozenset({"functions", "browser", "python", "assistant"})
+_RESERVED_NAMESPACES = frozenset({"functions", "browser", "python", "assistant", "file_search"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +60,14 @@ class ToolSet:
     namespaces: dict[str, tuple[str | None, tuple[ToolSpec, ...]]] = field(default_factory=dict)
     browser: bool = False
     python: bool = False
+    file_search: bool = False
     mcp: tuple[McpServer, ...] = ()
     tool_search: ToolSearch | None = None
     deferred: tuple[DeferredTool, ...] = ()  # defer_loading tools, loaded by a tool search
 
     @property
     def empty(self) -> bool:
-        return not (self.functions or self.namespaces or self.browser or self.python or self.mcp)
+        return not (self.functions or self.namespaces or self.browser or self.python or self.file_search or self.mcp)
 
 
 def _require_str(value: Any, param: str, what: str) -> str:
@@ -173,7 +177,7 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
     functions: list[ToolSpec] = []
     custom: set[str] = set()
     namespaces: dict[str, tuple[str | None, tuple[ToolSpec, ...]]] = {}
-    browser = python = False
+    browser = python = file_search = False
     mcp: list[McpServer] = []
     search = _tool_search(tools)
     deferred: list[DeferredTool] = []
@@ -243,6 +247,8 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
                 namespaces[name] = (description, tuple(specs))
         elif is_web_search(kind):
             browser = True
+        elif kind == "file_search":
+            file_search = True
         elif kind == "code_interpreter":
             python = True
         elif kind == "mcp":
@@ -289,6 +295,7 @@ def parse_tools(tools: Any, *, listed_mcp_tools: dict[str, list[Any]]) -> ToolSe
         namespaces=namespaces,
         browser=browser,
         python=python,
+        file_search=file_search,
         mcp=tuple(mcp),
         tool_search=search,
         deferred=tuple(deferred),
@@ -353,6 +360,7 @@ def _required_prefill(tools: ToolSet, param: str) -> str:
     """
     developer_targets = (["functions"] if tools.functions else []) + list(tools.namespaces)
     builtin_targets = (["browser"] if tools.browser else []) + (["python"] if tools.python else [])
+    builtin_targets += ["file_search"] if tools.file_search else []
     builtin_targets += [server.label for server in tools.mcp]
     targets = developer_targets + builtin_targets
     if not targets:
@@ -373,7 +381,7 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
         raise RenderError(f"Invalid type for '{param}': expected an array.", param=param, code="invalid_type")
     functions: list[ToolSpec] = []
     namespaces: dict[str, tuple[str | None, list[ToolSpec]]] = {}
-    browser = python = False
+    browser = python = file_search = False
     mcp: dict[str, McpServer] = {}
     for j, entry in enumerate(allowed):
         where = f"{param}[{j}]"
@@ -427,6 +435,10 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
             if not tools.python:
                 raise missing
             python = True
+        elif kind == "file_search":
+            if not tools.file_search:
+                raise missing
+            file_search = True
         elif kind == "mcp":
             server = next((s for s in tools.mcp if s.label == entry.get("server_label")), None)
             if server is None:
@@ -452,6 +464,7 @@ def _filter_allowed(tools: ToolSet, allowed: Any, param: str) -> ToolSet:
         namespaces={name: (desc, tuple(specs)) for name, (desc, specs) in namespaces.items()},
         browser=browser,
         python=python,
+        file_search=file_search,
         mcp=tuple(mcp.values()),
         # The deferred tools stay loadable only while the search that loads them is allowed.
         tool_search=tools.tool_search if any(f.name == SEARCH_NAME for f in functions) else None,
@@ -532,6 +545,10 @@ def apply_tool_choice(tools: ToolSet, tool_choice: Any) -> tuple[ToolSet, str]:
                 "Tool choice 'code_interpreter' requires a 'code_interpreter' tool in 'tools'.", param=param
             )
         return tools, f"{_CHANNEL}analysis to=python"
+    if kind == "file_search":
+        if not tools.file_search:
+            raise RenderError("Tool choice 'file_search' requires a 'file_search' tool in 'tools'.", param=param)
+        return tools, f"{_CHANNEL}analysis to=file_search.msearch"
     if kind == "mcp":
         label = tool_choice.get("server_label")
         server = next((s for s in tools.mcp if s.label == label), None)

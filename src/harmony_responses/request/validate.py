@@ -36,6 +36,7 @@ from ..grammar import schema_problem as grammar_schema_problem
 from ..ids import id_problem
 from ..quotas import requestable_tiers
 from ..tool_types import NAME_PATTERN, UNSUPPORTED_TOOL_TYPES, is_web_search
+from ..tools.file_search import FilterError, check_filter
 from ..tools.mcp import mcp_tool_problem
 from .schema import SchemaProblem, check_json_schema, strict_schema_problem
 
@@ -74,6 +75,7 @@ SUPPORTED_TOOL_TYPES = (
     "tool_search",
     "web_search",
     "web_search_preview",
+    "file_search",
     "mcp",
     "code_interpreter",
 )
@@ -411,6 +413,8 @@ def _check_tools(body: Mapping[str, Any]) -> set[str]:
                 names.update((function, f"{namespace}.{function}"))
         elif is_web_search(kind):
             _check_web_search(tool, param)
+        elif kind == "file_search":
+            _check_file_search(tool, param)
         elif kind == "mcp":
             problem = mcp_tool_problem(tool, param)  # tools/mcp owns the mcp tool's fields
             if problem is not None:
@@ -480,6 +484,56 @@ def _check_web_search(tool: Mapping[str, Any], param: str) -> None:
         _opt_enum(location, "type", ("approximate",), f"{param}.user_location.type")
         for key in ("city", "country", "region", "timezone"):
             _opt_str(location, key, f"{param}.user_location.{key}")
+
+
+FILE_SEARCH_MAX_RESULTS = 50
+FILE_SEARCH_RANKERS = ("auto", "default-2024-11-15")
+
+
+def _check_file_search(tool: Mapping[str, Any], param: str) -> None:
+    """``vector_store_ids`` (which must be the caller's: run/start.py looks them up), ``max_num_results``
+    (1..50), ``filters`` (the comparison and compound filters ``/search`` takes), ``ranking_options``."""
+    ids = tool.get("vector_store_ids")
+    where = f"{param}.vector_store_ids"
+    if ids is None:
+        raise _missing(where)
+    if not isinstance(ids, list):
+        raise _invalid_type(where, "an array", ids)
+    if not ids:
+        raise APIError(f"Invalid '{where}': expected at least one vector store id.", param=where, code="invalid_value")
+    for j, value in enumerate(ids):
+        if not isinstance(value, str) or not value:
+            raise _invalid_type(f"{where}[{j}]", "a non-empty string", value)
+    limit = tool.get("max_num_results")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FILE_SEARCH_MAX_RESULTS
+    ):
+        raise APIError(
+            f"Invalid '{param}.max_num_results': expected an integer between 1 and {FILE_SEARCH_MAX_RESULTS}.",
+            param=f"{param}.max_num_results",
+            code="invalid_value",
+        )
+    filters = tool.get("filters")
+    if filters is not None:
+        try:
+            check_filter(filters, f"{param}.filters")
+        except FilterError as exc:
+            raise APIError(str(exc), param=exc.param, code="invalid_value") from None
+    ranking = _opt_object(tool, "ranking_options", f"{param}.ranking_options")
+    if ranking is not None:
+        _opt_enum(ranking, "ranker", FILE_SEARCH_RANKERS, f"{param}.ranking_options.ranker")
+        _opt_decimal_at(ranking, "score_threshold", f"{param}.ranking_options.score_threshold")
+        _opt_object(ranking, "hybrid_search", f"{param}.ranking_options.hybrid_search")
+
+
+def _opt_decimal_at(body: Mapping[str, Any], key: str, param: str) -> None:
+    value = body.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _invalid_type(param, "a number", value)
+    if not 0 <= value <= 1:
+        raise APIError(f"Invalid '{param}': expected a number between 0 and 1.", param=param, code="invalid_value")
 
 
 def _check_code_interpreter(tool: Mapping[str, Any], param: str) -> None:
@@ -567,6 +621,8 @@ def _check_tool_choice(body: Mapping[str, Any], functions: set[str]) -> None:
                 raise _invalid_type(f"tool_choice.tools[{i}]", "an object", tool)
     elif kind in ("web_search_preview", "web_search_preview_2025_03_11"):  # the hosted types the API can force
         pass  # forced by a prefill (render/_tools.py); request/resolve.py answers 400 when no backend is configured
+    elif kind == "file_search":
+        pass  # forced by a prefill (render/_tools.py), which answers 400 when no file_search tool is declared
     elif kind == "mcp":
         pass  # {type: mcp, server_label, name?}: forced by a prefill; render answers 400 for an undeclared one
     elif isinstance(kind, str):

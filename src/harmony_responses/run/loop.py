@@ -8,7 +8,7 @@ caused, one list per chunk, so that the transport writes a chunk's events in one
 whole: never split across writes).
 
 The tool loop (harmony.md §5.3). When an engine call ends in a built-in tool call (``pending_tool_call``:
-code interpreter, web search, MCP, a server-run tool search), the run finds the call's ``ToolSession`` by
+code interpreter, web search, file search, MCP, a server-run tool search), the run finds the call's ``ToolSession`` by
 namespace, awaits it, hands the result to the translator (which ends the item), and calls the engine again
 with the next prompt:
 the previous prompt + this call's raw generated ids up to and including ``<|call|>`` (raw, so that the
@@ -333,6 +333,7 @@ class ResponseRun:
                 outputs=result.outputs,
                 action=result.action,
                 tools=result.tools,
+                results=result.results,
             )
             events = t.events()
             if events:
@@ -843,6 +844,7 @@ _ASSISTANT = 173781  # "assistant" after <|start|>
 _TOOL_LABELS = {
     ItemKind.CODE_INTERPRETER: "code_interpreter",
     ItemKind.WEB_SEARCH: "web_search",
+    ItemKind.FILE_SEARCH: "file_search",
     ItemKind.MCP_CALL: "mcp",
     ItemKind.TOOL_SEARCH_CALL: "tool_search",
 }

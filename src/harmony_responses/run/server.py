@@ -221,6 +221,7 @@ class Server:
             web_search=self.web_search,
             mcp_options=self.mcp,
             trace=self.trace,
+            vector_stores=vector_store_service(self),
         )
         self._runs.add(run)
         return await self.stored.respond(request, run, response_id=response_id, created_at=created_at)

@@ -1,7 +1,8 @@
 """Starting a response: a ``ResponseRequest`` → its tool sessions, its prompt and its ``ResponseRun``.
 
 In order: the built-in tools' sessions (the code interpreter's container, the browser when the server has
-a search backend, the MCP servers' tool listings, which the prompt declares, a server-run tool search), the
+a search backend, the file search over the caller's vector stores, the MCP servers' tool listings, which the
+prompt declares, a server-run tool search), the
 prompt rendered to fit the context window (``fit.py``; large requests off the event loop), and the translator
 that will turn the engine's tokens into this response's events, with the prompt's prefill already received.
 """
@@ -36,11 +37,13 @@ from ..tools.mcp import McpListingError, McpOptions, McpPlan, McpRequestError, p
 from ..translate import RecipientMap, Translator, response_skeleton
 from ..vocab import Vocabulary
 from .compact import Compaction
+from .file_search import file_search_session
 from .fit import render_to_fit
 from .loop import ResponseRun
 from .messages import ResponseMessages, wants_messages
 from .tool_search import ToolSearchSession
 from .turns import leave_lane
+from .vector_stores import VectorStoreService
 
 __all__ = ["Prompting", "build_compact", "build_run", "count_input_tokens", "render_prompt", "summary_run"]
 
@@ -177,7 +180,8 @@ def _declared_recipients(model_request: dict[str, Any]) -> tuple[str, ...] | Non
     """The recipients a header may name, for engines that hold ``to=`` to them (``GenerateRequest.recipients``):
     each function and custom tool (and those loaded by ``tool_search``) as ``functions.NAME``, a namespace's as
     ``N.NAME``, an MCP server's listed tools as ``LABEL.NAME``, ``python``, ``browser.*``,
-    ``functions.tool_search``; ``()`` under ``tool_choice: "none"``; None when no tools are declared."""
+    ``file_search.msearch``, ``functions.tool_search``; ``()`` under ``tool_choice: "none"``; None when no tools
+    are declared."""
     tools = [t for t in model_request.get("tools") or () if isinstance(t, dict)]
     if not tools:
         return None
@@ -200,6 +204,8 @@ def _declared_recipients(model_request: dict[str, Any]) -> tuple[str, ...] | Non
             out["python"] = None
         elif is_web_search(kind):
             out.update(dict.fromkeys(_BROWSER))
+        elif kind == "file_search":
+            out["file_search.msearch"] = None
         elif kind == "tool_search":
             out["functions.tool_search"] = None
     return tuple(out)
@@ -467,6 +473,7 @@ async def build_run(
     web_search: WebSearch | None,
     mcp_options: McpOptions,
     trace: TraceOptions | None = None,
+    vector_stores: VectorStoreService | None = None,
 ) -> ResponseRun:
     """The response's run, ready to start.
 
@@ -476,16 +483,19 @@ async def build_run(
     A request ending with a ``compaction_trigger`` item gets a run that only compacts; one whose prompt is
     longer than its ``context_management`` threshold, a run that compacts first (``compact.py``).
 
+    ``vector_stores``: what a ``file_search`` tool searches (``file_search.py``).
+
     Raises:
         APIError: 400 for an unknown container, an MCP server the client may not use, a request that cannot
-            be rendered or does not fit the context window.
+            be rendered or does not fit the context window; 404 for a ``file_search`` vector store the caller
+            does not have.
     """
     options = request.options
     tool_sessions = ToolSessions()
     python_description = containers.description()
     messages: ResponseMessages | None = None  # enable_response_messages (messages.py), once the prompt is rendered
 
-    def response_translator(recipients: RecipientMap, citations: Any = None) -> Translator:
+    def response_translator(recipients: RecipientMap, citations: Any = None, file_citations: Any = None) -> Translator:
         echo = {**request.echo, **(messages.fields() if messages is not None else {})}
         return Translator(
             vocab=vocab,
@@ -497,6 +507,7 @@ async def build_run(
             citations=citations,
             queued=request.background,
             summaries=prompting.reasoning_summaries and wants_summary(request.body),
+            file_citations=file_citations,
         )
 
     recorder = _recorder(trace, request, response_id, vocab)
@@ -533,6 +544,9 @@ async def build_run(
     browser = _browser_session(web_search, request)
     if browser is not None:
         tool_sessions.add(browser)
+    file_search = await file_search_session(request, vector_stores)
+    if file_search is not None:
+        tool_sessions.add(file_search)
     model_request, mcp, rendered = await render_prompt(
         request, prompting=prompting, python_description=python_description, mcp_options=mcp_options
     )
@@ -574,6 +588,7 @@ async def build_run(
             container_id=code.container.id if code is not None else None,
         ),
         browser.cite if browser is not None else None,
+        file_search.cite if file_search is not None else None,
     )
     compaction: Compaction | None = None
     threshold = options.compact_threshold

@@ -29,6 +29,7 @@ class ToolResult:
     outputs: list[dict[str, Any]] | None = None  # code_interpreter_call.outputs, e.g. [{"type": "logs", "logs": "..."}]
     action: dict[str, Any] | None = None  # web_search_call action with real URLs
     tools: list[dict[str, Any]] | None = None  # the tools a tool search loaded (tool_search_output.tools)
+    results: list[dict[str, Any]] | None = None  # file_search_call.results, when the request includes them
 
 
 class ToolSession(abc.ABC):

@@ -1,10 +1,16 @@
-"""Browser citations in message text → ``url_citation`` annotations, streamed without re-scanning.
+"""Citations in message text → ``url_citation`` and ``file_citation`` annotations, streamed without re-scanning.
 
 gpt-oss cites what the browser showed as ``【{cursor}†L{start}(-L{end})?】`` (harmony.md §5.2). When the
 cursor resolves to a page with a URL, the citation is replaced, as gpt-oss's ``normalize_citations``
 does, by `` ([{domain}]({url})) `` and an annotation ``{type: "url_citation", start_index, end_index,
 title, url}`` records where the replacement sits in the message's text. A citation that does not resolve
 (search results have no URL; an unknown cursor) stays as the model wrote it, with no annotation.
+
+File search results are cited ``【{call}:{result}†{filename}】`` (the tool message's numbers,
+``tools/file_search/_session.py``). One that resolves to a result is removed from the text and recorded as
+``{type: "file_citation", file_id, filename, index}``, ``index`` being where it stood, as the API places its
+file citations; one that does not resolve stays as written. The two forms differ by the ``:``, so a response
+with both tools declared resolves each against its own tool.
 
 Streaming: text is passed through at once unless it might be the start of a citation. From a ``【`` on,
 text is held back while it is still a prefix of a citation; it is released as soon as it completes one
@@ -23,14 +29,16 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["CitationFilter", "CitationResolver", "MAX_HELD"]
+__all__ = ["CitationFilter", "CitationResolver", "FileCitationResolver", "MAX_HELD"]
 
 # cursor → (url, title) of the page it showed, or None when that page cannot be cited.
 CitationResolver = Callable[[int], tuple[str, str] | None]
+# (call, result) → (file_id, filename) of the file search result so numbered, or None.
+FileCitationResolver = Callable[[int, int], tuple[str, str] | None]
 
-CITATION = re.compile(r"【(?P<cursor>\d+)†(?P<content>[^†】]+)(?:†[^†】]+)?】")
+CITATION = re.compile(r"【(?P<cursor>\d+)(?::(?P<result>\d+))?†(?P<content>[^†】]+)(?:†[^†】]+)?】")
 # Every proper prefix of a CITATION match, anchored at a 【 and running to the end of the held text.
-_PREFIX = re.compile(r"【(?:\d+(?:†(?:[^†】]+(?:†[^†】]*)?)?)?)?")
+_PREFIX = re.compile(r"【(?:\d+(?::(?:\d+(?:†(?:[^†】]+(?:†[^†】]*)?)?)?)?|†(?:[^†】]+(?:†[^†】]*)?)?)?)?")
 OPEN = "【"
 MAX_HELD = 256
 
@@ -51,10 +59,11 @@ class CitationFilter:
     (annotations, each right after the text that contains its replacement).
     """
 
-    __slots__ = ("_emitted", "_held", "_resolve", "announced", "annotations")
+    __slots__ = ("_emitted", "_held", "_resolve", "_resolve_file", "announced", "annotations")
 
-    def __init__(self, resolve: CitationResolver) -> None:
+    def __init__(self, resolve: CitationResolver | None, resolve_file: FileCitationResolver | None = None) -> None:
         self._resolve = resolve
+        self._resolve_file = resolve_file
         self._held = ""
         self._emitted = 0  # characters released so far: the next annotation's offsets start here
         self.annotations: list[dict[str, Any]] = []
@@ -79,8 +88,26 @@ class CitationFilter:
         self._held = ""
         while (i := buffer.find(OPEN, position)) >= 0:
             match = CITATION.match(buffer, i)
+            if match is not None and match.group("result") is not None:
+                found = None
+                if self._resolve_file is not None:
+                    found = self._resolve_file(int(match.group("cursor")), int(match.group("result")))
+                if found is not None:
+                    piece = buffer[start:i]
+                    self._emitted += len(piece)
+                    annotation = {
+                        "type": "file_citation",
+                        "file_id": found[0],
+                        "filename": found[1],
+                        "index": self._emitted,
+                    }
+                    self.annotations.append(annotation)
+                    out += (piece, annotation)
+                    start = match.end()
+                position = match.end()
+                continue
             if match is not None:
-                target = self._resolve(int(match.group("cursor")))
+                target = self._resolve(int(match.group("cursor"))) if self._resolve is not None else None
                 if target is not None:
                     url, title = target
                     replacement = f" ([{_label(url, title)}]({url})) "

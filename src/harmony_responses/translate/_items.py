@@ -26,6 +26,7 @@ __all__ = [
     "ItemShape",
     "added_item",
     "delta_template",
+    "file_search_queries",
     "summary_delta_template",
     "text_part",
     "tool_search_arguments",
@@ -68,6 +69,8 @@ SHAPES: dict[ItemKind, ItemShape] = {
     ),
     # The API has no argument deltas for web search: the query shows in the done item's action.
     ItemKind.WEB_SEARCH: ItemShape("ws", True, None, "response.web_search_call.in_progress", None, False),
+    # No query deltas either: the queries show in the done item (the model's {"queries": [...]}).
+    ItemKind.FILE_SEARCH: ItemShape("fs", True, None, "response.file_search_call.in_progress", None, False),
     # Only added and done, both at the end with the whole arguments (responses-protocol.md §4.6).
     ItemKind.MCP_APPROVAL_REQUEST: ItemShape("mcpr", False, None, None, None, False),
     ItemKind.MCP_CALL: ItemShape(
@@ -145,6 +148,8 @@ def added_item(
             "execution": "server" if kind is ItemKind.TOOL_SEARCH_CALL else "client",
             "arguments": {},
         }
+    if kind is ItemKind.FILE_SEARCH:
+        return {"id": item_id, "type": "file_search_call", "status": "in_progress", "queries": [], "results": None}
     if kind is ItemKind.WEB_SEARCH:
         return {
             "id": item_id,
@@ -259,6 +264,19 @@ def tool_search_arguments(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
+
+
+def file_search_queries(arguments: str) -> list[str]:
+    """A ``file_search_call``'s ``queries``: the strings of the model's ``{"queries": [...]}`` (``[]`` when it
+    wrote something else: the session then answers with an error the model reads)."""
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return []
+    queries = parsed.get("queries") if isinstance(parsed, dict) else None
+    if isinstance(queries, str):
+        return [queries]
+    return [q for q in queries if isinstance(q, str)] if isinstance(queries, list) else []
 
 
 def web_search_action(target: Target | None, arguments: str | None) -> dict[str, Any]:

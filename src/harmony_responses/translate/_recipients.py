@@ -1,10 +1,11 @@
 """Which output item a message becomes, decided from the tools the request declared.
 
 Harmony puts the tool a message is addressed to in its header (``to=functions.get_weather``,
-``to=python``, ``to=browser.search``, ``to=<mcp server label>.<tool>``). Guessing the item type from
-prefixes alone is how other servers streamed ``python`` as ``mcp_call`` (pitfalls.md #23); we resolve a
-recipient against the request's ``tools`` instead, and anything that names no declared tool is surfaced as
-a ``function_call`` named as the model wrote it, so the client sees it rather than the stream crashing.
+``to=python``, ``to=browser.search``, ``to=file_search.msearch``, ``to=<mcp server label>.<tool>``).
+Guessing the item type from prefixes alone is how other servers streamed ``python`` as ``mcp_call``
+(pitfalls.md #23); we resolve a recipient against the request's ``tools`` instead, and anything that names no
+declared tool is surfaced as a ``function_call`` named as the model wrote it, so the client sees it rather
+than the stream crashing.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 from ..tool_types import is_web_search
 
-__all__ = ["ApprovalRule", "ItemKind", "RecipientMap", "Target"]
+__all__ = ["FILE_SEARCH_RECIPIENT", "ApprovalRule", "ItemKind", "RecipientMap", "Target"]
 
 BROWSER_ACTIONS = frozenset({"search", "open", "find"})
+FILE_SEARCH_RECIPIENT = "file_search.msearch"
 # Harmony recipients that mean "back to the assistant", not a tool (tool-result headers say to=assistant).
 NOT_A_TOOL = frozenset({"", "assistant", "all", "user"})
 
@@ -32,6 +34,7 @@ class ItemKind(enum.Enum):
     CUSTOM_TOOL_CALL = "custom_tool_call"
     CODE_INTERPRETER = "code_interpreter_call"
     WEB_SEARCH = "web_search_call"
+    FILE_SEARCH = "file_search_call"  # file_search.msearch (render/_tools.py), run by the server
     MCP_CALL = "mcp_call"
     # A call to an MCP tool that needs the user's approval: not run; it ends the response (its arguments are
     # buffered and the item is added and done at once when the call is complete).
@@ -45,7 +48,13 @@ class ItemKind(enum.Enum):
 
     @property
     def is_builtin_tool(self) -> bool:
-        return self in (ItemKind.CODE_INTERPRETER, ItemKind.WEB_SEARCH, ItemKind.MCP_CALL, ItemKind.TOOL_SEARCH_CALL)
+        return self in (
+            ItemKind.CODE_INTERPRETER,
+            ItemKind.WEB_SEARCH,
+            ItemKind.FILE_SEARCH,
+            ItemKind.MCP_CALL,
+            ItemKind.TOOL_SEARCH_CALL,
+        )
 
     @property
     def is_tool_search(self) -> bool:
@@ -125,6 +134,7 @@ class RecipientMap:
     mcp_servers: frozenset[str] = frozenset()
     code_interpreter: bool = False
     web_search: bool = False
+    file_search: bool = False
     container_id: str | None = None
     mcp_approval: Mapping[str, ApprovalRule] | None = None  # server label -> its rule (absent: approval)
     tool_search: str | None = None  # the tool_search tool's execution ("server", "client"), None: not declared
@@ -143,7 +153,7 @@ class RecipientMap:
         namespaces: dict[str, frozenset[str]] = {}
         mcp: set[str] = set()
         approval: dict[str, ApprovalRule] = {}
-        code_interpreter = web_search = False
+        code_interpreter = web_search = file_search = False
         container_id: str | None = None
         for tool in [*(tools or ()), *loaded]:
             kind = tool.get("type")
@@ -169,6 +179,8 @@ class RecipientMap:
                     container_id = container
             elif is_web_search(kind):
                 web_search = True
+            elif kind == "file_search":
+                file_search = True
         return cls(
             functions=frozenset(functions),
             custom=frozenset(custom),
@@ -176,6 +188,7 @@ class RecipientMap:
             mcp_servers=frozenset(mcp),
             code_interpreter=code_interpreter,
             web_search=web_search,
+            file_search=file_search,
             container_id=container_id,
             mcp_approval=approval or None,
             tool_search=tool_search,
@@ -192,6 +205,8 @@ class RecipientMap:
             return False
         if head == "browser":
             return self.web_search and tail in BROWSER_ACTIONS
+        if word == FILE_SEARCH_RECIPIENT:
+            return self.file_search
         return head in (self.namespaces or {}) or head in self.mcp_servers
 
     def resolve(self, recipient: str) -> Target:
@@ -228,6 +243,8 @@ class RecipientMap:
             return None
         if head == "browser" and self.web_search and tail in BROWSER_ACTIONS:
             return Target(ItemKind.WEB_SEARCH, tail, "browser")
+        if recipient == FILE_SEARCH_RECIPIENT and self.file_search:
+            return Target(ItemKind.FILE_SEARCH, tail, head)
         if head in (self.namespaces or {}):
             return Target(ItemKind.FUNCTION_CALL, tail, head)
         if head in self.mcp_servers:

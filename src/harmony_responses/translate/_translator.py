@@ -24,7 +24,7 @@ import orjson
 
 from ..tokens import FinishReason, TokenLogprob
 from ..vocab import FIRST_SPECIAL, Vocabulary
-from ._citations import CitationFilter, CitationResolver
+from ._citations import CitationFilter, CitationResolver, FileCitationResolver
 from ._custom import InputUnwrapper
 from ._decode import TokenDecoder
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -33,6 +33,7 @@ from ._items import (
     SHAPES,
     added_item,
     delta_template,
+    file_search_queries,
     summary_delta_template,
     text_part,
     tool_search_arguments,
@@ -110,6 +111,8 @@ class Translator:
         citations: resolves a browser cursor to the ``(url, title)`` of the page it showed (None: not
             citable), when the browser tool is declared. Message text then has its ``【cursor†L…】`` citations
             replaced and announced as ``url_citation`` annotations (``_citations.py``).
+        file_citations: resolves a file search result ``(call, result)`` to its ``(file_id, filename)``, when
+            the file_search tool is declared: ``【call:result†…】`` citations become ``file_citation`` annotations.
         summaries: the request asked for reasoning summaries (``reasoning.summary``). gpt-oss writes none,
             so each reasoning item's own text is its summary. Both stream as the text is written: the
             ``reasoning_text`` part opens with the item, the summary part with its first text
@@ -130,6 +133,7 @@ class Translator:
         logprobs: bool = False,
         citations: CitationResolver | None = None,
         summaries: bool = False,
+        file_citations: FileCitationResolver | None = None,
     ) -> None:
         self._vocab = vocab
         self._token_bytes = vocab.token_bytes
@@ -139,6 +143,7 @@ class Translator:
         self._recipients = recipients or RecipientMap()
         self._want_logprobs = logprobs
         self._citations = citations
+        self._file_citations = file_citations
         self._summaries = summaries
         self._decoder = TokenDecoder(vocab)
         if response is None:
@@ -266,6 +271,7 @@ class Translator:
         outputs: list[dict[str, Any]] | None = None,
         action: dict[str, Any] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        results: list[dict[str, Any]] | None = None,
     ) -> None:
         """Report the pending built-in call's result; its remaining events follow, then state READY.
 
@@ -275,6 +281,7 @@ class Translator:
             outputs: ``code_interpreter_call.outputs`` (``[{"type": "logs", "logs": …}]``), when included.
             action: the ``web_search_call`` action with real URLs, replacing the one read from arguments.
             tools: the tools a tool search loaded: a ``tool_search_output`` item lists them after the call.
+            results: a ``file_search_call``'s ``results`` (None unless the request includes them).
         """
         # Process what is buffered first: the call may not have been read yet.
         self._process_pending()
@@ -302,6 +309,11 @@ class Translator:
             done["action"] = action if action is not None else web_search_action(item.target, arguments)
             if error is None:
                 self._emit_item_event("response.web_search_call.completed", item)
+        elif item.kind is ItemKind.FILE_SEARCH:
+            done["queries"] = file_search_queries(arguments)
+            done["results"] = results
+            if error is None:
+                self._emit_item_event("response.file_search_call.completed", item)
         else:
             done["arguments"] = arguments
             if error is None:
@@ -979,8 +991,8 @@ class Translator:
         if kind is ItemKind.MESSAGE:
             if self._want_logprobs:
                 item.logprobs = []
-            if self._citations is not None:
-                item.cites = CitationFilter(self._citations)
+            if self._citations is not None or self._file_citations is not None:
+                item.cites = CitationFilter(self._citations, self._file_citations)
         item.reasoning = kind is ItemKind.REASONING
         if item.logprobs is None and item.cites is None and item.unwrap is None and item.summary_delta is None:
             item.fast = item.delta  # each piece of text is one delta, as is: the inline path may take it
@@ -1070,6 +1082,8 @@ class Translator:
                 done["code"] = text
             elif kind is ItemKind.WEB_SEARCH:
                 done["action"] = web_search_action(item.target, text)
+            elif kind is ItemKind.FILE_SEARCH:
+                done["queries"] = file_search_queries(text)
             else:
                 done["arguments"] = text
         self._done_item(item, done)
@@ -1142,6 +1156,8 @@ class Translator:
             self._emit_item_event("response.code_interpreter_call.interpreting", item)
         elif item.kind is ItemKind.WEB_SEARCH:
             self._emit_item_event("response.web_search_call.searching", item)
+        elif item.kind is ItemKind.FILE_SEARCH:
+            self._emit_item_event("response.file_search_call.searching", item)
         target = item.target
         assert target is not None
         self._tool_call = ToolCall(

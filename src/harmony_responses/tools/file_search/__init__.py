@@ -2,18 +2,21 @@
 
 ``_chunking``: the ``auto`` (800 tokens, 400 overlap) and ``static`` strategies over the o200k tokenizer the
 server already has (``vocab.py``); ``_extract``: a stored file's bytes → text (text, Markdown, HTML, JSON,
-code; PDF through pypdf); ``_filters``: the API's comparison and compound filters over file attributes. The
+code; PDF through pypdf); ``_filters``: the API's comparison and compound filters over file attributes;
+``_session``: the ``file_search`` tool of a response (its ``msearch`` calls and their citations). The
 vector stores themselves are kept by ``store/_vector_stores.py`` and run by ``run/vector_stores.py``.
 """
 
 from ._chunking import AUTO_CHUNKING, ChunkingError, chunk_text, parse_chunking
 from ._extract import MAX_INGEST_BYTES, Unsupported, extract_text
 from ._filters import FilterError, check_filter, matches
+from ._session import FileSearchSession
 
 __all__ = [
     "AUTO_CHUNKING",
     "MAX_INGEST_BYTES",
     "ChunkingError",
+    "FileSearchSession",
     "FilterError",
     "Unsupported",
     "check_filter",

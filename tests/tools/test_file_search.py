@@ -1,0 +1,249 @@
+"""The file_search tool end to end: files uploaded and ingested with the openai client, a response whose
+scripted model calls ``file_search.msearch`` and cites a result, through the real server on 127.0.0.1.
+
+Checked: the ``file_search_call`` item (queries, status, results only when included), its events in order
+(and through the SDK's stream accumulator), the ``file_citation`` annotation, what the model was declared
+and read back (the prompts a recording engine received), the tool's ``max_num_results`` and ``filters``,
+4xx for bad tools and for vector stores the caller does not have, and a resent output rendering the call
+and its results as the model wrote and read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from api.helpers import MODEL, Live, openai_client, sse_events, start_live
+from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
+from harmony_responses.serve import Config, create_app
+from harmony_responses.tokens import EngineEnd, TokenChunk
+from harmony_responses.vocab import load_encoding
+from translate.invariants import check_stream
+
+DOCS = {
+    "otters.md": (b"# Otters\n\nSea otters hold hands while they sleep so that they do not drift apart.", "animal"),
+    "volcano.txt": (b"Mount Etna is an active stratovolcano on the east coast of Sicily.", "place"),
+    "bees.txt": (b"Honey bees dance to tell the hive where the flowers are; otters do not dance.", "animal"),
+}
+CALL = '<|channel|>analysis to=file_search.msearch code<|message|>{"queries": ["why do otters hold hands"]}<|call|>'
+SEARCH = "<|channel|>analysis<|message|>Search the files.<|end|><|start|>assistant" + CALL
+SAID = "Otters hold hands so that they do not drift apart"
+ANSWER = f"<|channel|>final<|message|>{SAID}【0:0†otters.md】, and Etna is in Sicily【0:7†volcano.txt】.<|return|>"
+KEYS = ("key-one-1234567890", "key-two-1234567890")
+
+
+class Recorder:
+    """A scripted engine that keeps every prompt it was given."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+        self.prompts: list[str] = []
+        self.engine = MockEngine(self._handle)
+
+    async def _handle(self, request: GenerateRequest) -> EngineStream:
+        encoding = load_encoding()
+        self.prompts.append(encoding.decode(request.prompt_ids))
+        yield TokenChunk(token_ids=encoding.encode(self.lines.pop(0), allowed_special="all"))
+        yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Live]]:
+    started: list[Live] = []
+
+    def _serve(recorder: Recorder, **config: Any) -> Live:
+        config.setdefault("data_dir", str(tmp_path / "data"))
+        app = create_app(Config(models=(MODEL,), current_date="2025-06-01", **config), engine=recorder.engine)
+        live = start_live(app)
+        started.append(live)
+        return live
+
+    yield _serve
+    for live in started:
+        live.stop()
+
+
+def _store(client: openai.OpenAI) -> tuple[str, dict[str, str]]:
+    store = client.vector_stores.create(name="facts")
+    ids = {}
+    for name, (data, kind) in DOCS.items():
+        uploaded = client.files.create(file=(name, data), purpose="assistants")
+        done = client.vector_stores.files.create_and_poll(
+            vector_store_id=store.id, file_id=uploaded.id, attributes={"kind": kind}, poll_interval_ms=20
+        )
+        assert done.status == "completed", (name, done.last_error)
+        ids[name] = uploaded.id
+    return store.id, ids
+
+
+def test_a_response_searches_the_files_and_cites_a_result(serve: Callable[..., Live]) -> None:
+    recorder = Recorder([SEARCH, ANSWER])
+    client = openai_client(serve(recorder))
+    store_id, ids = _store(client)
+    response = client.responses.create(
+        model=MODEL,
+        input="Why do otters hold hands?",
+        tools=[{"type": "file_search", "vector_store_ids": [store_id]}],
+        include=["file_search_call.results"],
+    )
+    assert response.status == "completed"
+    assert [item.type for item in response.output] == ["reasoning", "file_search_call", "message"]
+    call = response.output[1]
+    assert call.id.startswith("fs_") and call.status == "completed"
+    assert call.queries == ["why do otters hold hands"]
+    assert call.results is not None and call.results[0].file_id == ids["otters.md"]
+    assert call.results[0].filename == "otters.md" and "hold hands" in (call.results[0].text or "")
+    assert call.results[0].attributes == {"kind": "animal"} and 0 < (call.results[0].score or 0) <= 1
+    assert {r.file_id for r in call.results} == {ids["otters.md"], ids["bees.txt"]}  # both mention otters
+    # The resolved citation becomes a file_citation where the marker stood; one that names no result
+    # (there is no result 7) stays as the model wrote it.
+    part = response.output[2].content[0]
+    assert part.text == f"{SAID}, and Etna is in Sicily【0:7†volcano.txt】."
+    assert [a.model_dump() for a in part.annotations] == [
+        {"type": "file_citation", "file_id": ids["otters.md"], "filename": "otters.md", "index": len(SAID)}
+    ]
+    # What the model was declared, and what it read back after the call.
+    first, second = recorder.prompts
+    assert "## file_search\n\n" in first and "namespace file_search {" in first
+    assert "type msearch = (_: {" in first and "queries: string[]," in first
+    results = second[second.index(CALL) + len(CALL) :]
+    assert results.startswith(
+        "<|start|>file_search.msearch to=assistant<|channel|>analysis<|message|>"
+        '[0] 2 results for "why do otters hold hands".\n\n【0:0†otters.md】 file_id: ' + ids["otters.md"]
+    )
+    assert "Sea otters hold hands while they sleep" in results and "\n\n【0:1†bees.txt】 file_id: " in results
+    assert results.endswith("<|end|><|start|>assistant")
+
+
+def test_results_only_when_included_and_the_events_in_order(serve: Callable[..., Live]) -> None:
+    recorder = Recorder([SEARCH, ANSWER, SEARCH, ANSWER])
+    live = serve(recorder)
+    client = openai_client(live)
+    store_id, ids = _store(client)
+    body = {"model": MODEL, "input": "Why?", "tools": [{"type": "file_search", "vector_store_ids": [store_id]}]}
+    raw = httpx.post(f"{live.base_url}/responses", json={**body, "stream": True}, timeout=20)
+    assert raw.status_code == 200, raw.text
+    events = sse_events(raw.content)
+    check_stream(events)
+    output = events[-1]["response"]["output"]
+    call = output[1]
+    assert call == {
+        "id": call["id"],
+        "type": "file_search_call",
+        "status": "completed",
+        "queries": ["why do otters hold hands"],
+        "results": None,
+    }
+    kinds = [e["type"] for e in events if e.get("item_id") == call["id"] or e.get("item", {}).get("id") == call["id"]]
+    assert kinds == [
+        "response.output_item.added",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.file_search_call.completed",
+        "response.output_item.done",
+    ]
+    added = next(e for e in events if e["type"] == "response.output_item.added" and e["item"]["id"] == call["id"])
+    assert added["item"]["status"] == "in_progress" and added["item"]["queries"] == []
+    annotation = next(e for e in events if e["type"] == "response.output_text.annotation.added")
+    assert annotation["annotation"]["file_id"] == ids["otters.md"]
+    # The SDK's accumulator builds the same response.
+    with client.responses.stream(**body) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert final.output[1].type == "file_search_call" and final.output[1].results is None
+    assert final.output[2].content[0].annotations[0].type == "file_citation"
+
+
+def test_max_num_results_and_filters_of_the_tool_apply(serve: Callable[..., Live]) -> None:
+    recorder = Recorder([SEARCH, ANSWER, SEARCH, ANSWER])
+    client = openai_client(serve(recorder))
+    store_id, ids = _store(client)
+    include = ["file_search_call.results"]
+    one = client.responses.create(
+        model=MODEL,
+        input="Why?",
+        tools=[{"type": "file_search", "vector_store_ids": [store_id], "max_num_results": 1}],
+        include=include,
+    )
+    assert [r.file_id for r in one.output[1].results or ()] == [ids["otters.md"]]
+    places = client.responses.create(
+        model=MODEL,
+        input="Why?",
+        tools=[
+            {
+                "type": "file_search",
+                "vector_store_ids": [store_id],
+                "filters": {"type": "eq", "key": "kind", "value": "place"},
+            }
+        ],
+        include=include,
+    )
+    assert places.output[1].results == []  # no place mentions otters
+    assert '[0] No results for "why do otters hold hands".' in recorder.prompts[3]
+    # Nothing to cite: the marker stays as written.
+    assert places.output[2].content[0].annotations == []
+
+
+def test_bad_tools_and_other_keys_stores_are_refused(serve: Callable[..., Live]) -> None:
+    live = serve(Recorder([]), api_keys=KEYS)
+    mine, theirs = openai_client(live, api_key=KEYS[0]), openai_client(live, api_key=KEYS[1])
+    store_id, _ = _store(mine)
+
+    def refused(tool: dict[str, Any], client: openai.OpenAI = mine) -> openai.APIStatusError:
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.responses.create(model=MODEL, input="Hi", tools=[{"type": "function", "name": "f"}, tool])
+        return caught.value
+
+    for tool, param in [
+        ({"type": "file_search"}, "tools[1].vector_store_ids"),
+        ({"type": "file_search", "vector_store_ids": []}, "tools[1].vector_store_ids"),
+        ({"type": "file_search", "vector_store_ids": "vs_1"}, "tools[1].vector_store_ids"),
+        ({"type": "file_search", "vector_store_ids": [store_id], "max_num_results": 0}, "tools[1].max_num_results"),
+        ({"type": "file_search", "vector_store_ids": [store_id], "max_num_results": 51}, "tools[1].max_num_results"),
+        ({"type": "file_search", "vector_store_ids": [store_id], "filters": {"type": "near"}}, "tools[1].filters"),
+        (
+            {"type": "file_search", "vector_store_ids": [store_id], "ranking_options": {"ranker": "best"}},
+            "tools[1].ranking_options.ranker",
+        ),
+    ]:
+        error = refused(tool)
+        assert error.status_code == 400, (tool, error)
+        assert error.body["param"].startswith(param), (tool, error.body)  # type: ignore[index]
+    for client, store in [(mine, "vs_missing"), (theirs, store_id)]:
+        error = refused({"type": "file_search", "vector_store_ids": [store]}, client)
+        assert error.status_code == 404
+        assert error.body["param"] == "tools[1].vector_store_ids", error.body  # type: ignore[index]
+        assert store in error.message
+
+
+def test_a_resent_output_renders_the_call_and_results_the_model_wrote_and_read(serve: Callable[..., Live]) -> None:
+    recorder = Recorder([SEARCH, ANSWER, "<|channel|>final<|message|>You are welcome.<|return|>"])
+    client = openai_client(serve(recorder))
+    store_id, _ = _store(client)
+    tools = [{"type": "file_search", "vector_store_ids": [store_id]}]
+    first = client.responses.create(
+        model=MODEL, input="Why?", tools=tools, include=["file_search_call.results"], store=False
+    )
+    resent = [
+        {"role": "user", "content": "Why?"},
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"role": "user", "content": "Thanks"},
+    ]
+    for item in resent:
+        if item.get("type") == "file_search_call":
+            item.setdefault("results", None)
+    client.responses.create(model=MODEL, input=resent, tools=tools, store=False)
+    read = recorder.prompts[1]
+    seen = read[read.index(CALL) : read.rindex("<|end|>") + len("<|end|>")]  # the call and the results it read
+    assert seen.startswith(CALL + "<|start|>file_search.msearch to=assistant")
+    # The same call (harmony writes the recipient before the channel when it renders a message, as it does
+    # for browser calls: the model accepts both orders) and, token for token, the results it read.
+    results = seen[seen.index("<|start|>file_search.msearch") :]
+    call = '<|start|>assistant to=file_search.msearch<|channel|>analysis code<|message|>{"queries": ["why do otters'
+    assert call + ' hold hands"]}<|call|>' + results + "<|start|>assistant<|channel|>final" in recorder.prompts[2]
