@@ -4,21 +4,24 @@ scripted model calls ``file_search.msearch`` and cites a result, through the rea
 Checked: the ``file_search_call`` item (queries, status, results only when included), its events in order
 (and through the SDK's stream accumulator), the ``file_citation`` annotation, what the model was declared
 and read back (the prompts a recording engine received), the tool's ``max_num_results`` and ``filters``,
-4xx for bad tools and for vector stores the caller does not have, and a resent output rendering the call
-and its results as the model wrote and read them.
+4xx for bad tools and for vector stores the caller does not have, a resent output rendering the call
+and its results as the model wrote and read them, and the Agents SDK's ``FileSearchTool``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import agents
 import httpx
 import openai
 import pytest
+from agents import Agent, FileSearchTool, OpenAIResponsesModel, Runner
 
-from api.helpers import MODEL, Live, openai_client, sse_events, start_live
+from api.helpers import MODEL, Live, async_openai_client, openai_client, sse_events, start_live
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
 from harmony_responses.serve import Config, create_app
 from harmony_responses.tokens import EngineEnd, TokenChunk
@@ -247,3 +250,35 @@ def test_a_resent_output_renders_the_call_and_results_the_model_wrote_and_read(s
     results = seen[seen.index("<|start|>file_search.msearch") :]
     call = '<|start|>assistant to=file_search.msearch<|channel|>analysis code<|message|>{"queries": ["why do otters'
     assert call + ' hold hands"]}<|call|>' + results + "<|start|>assistant<|channel|>final" in recorder.prompts[2]
+
+
+def test_the_agents_sdk_file_search_tool(serve: Callable[..., Live]) -> None:
+    agents.set_tracing_disabled(True)  # else the SDK uploads traces to OpenAI
+    recorder = Recorder([SEARCH, ANSWER, SEARCH, ANSWER])
+    live = serve(recorder)
+    store_id, ids = _store(openai_client(live))
+
+    async def main() -> tuple[Any, Any, list[str]]:
+        async with async_openai_client(live) as client:
+            agent = Agent(
+                name="librarian",
+                instructions="Answer from the files.",
+                tools=[FileSearchTool(vector_store_ids=[store_id], max_num_results=3, include_search_results=True)],
+                model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+            )
+            plain = await Runner.run(agent, "Why do otters hold hands?")
+            streamed = Runner.run_streamed(agent, "Why do otters hold hands?")
+            kinds = [event.type async for event in streamed.stream_events()]
+            return plain, streamed, kinds
+
+    plain, streamed, kinds = asyncio.run(main())
+    for result in (plain, streamed):
+        assert result.final_output == f"{SAID}, and Etna is in Sicily【0:7†volcano.txt】."
+        calls = [item.raw_item for item in result.new_items if item.type == "tool_call_item"]
+        assert [(c.type, c.status, c.queries) for c in calls] == [
+            ("file_search_call", "completed", ["why do otters hold hands"])
+        ]
+        assert calls[0].results is not None and calls[0].results[0].file_id == ids["otters.md"]
+        (message,) = [item.raw_item for item in result.new_items if item.type == "message_output_item"]
+        assert message.content[0].annotations[0].file_id == ids["otters.md"]
+    assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
