@@ -1,4 +1,5 @@
-"""Browser citations in message text → ``url_citation`` annotations (translate/_citations.py, harmony.md §5.2).
+"""Citations in message text → ``url_citation`` (browser, harmony.md §5.2) and ``file_citation`` (file search)
+annotations (translate/_citations.py).
 
 Driven at the translator's boundary (token ids in, events out) with an injected resolver, every stream checked
 by ``check_stream``; the filter itself is also checked directly against every way of splitting its input.
@@ -210,3 +211,77 @@ def test_plain_text_passes_straight_through() -> None:
     assert cites.feed("hello") == ["hello"]
     assert cites.feed(" world") == [" world"]
     assert cites.flush() == []
+
+
+# ---------------------------------------------------------------------------------------------- file citations
+
+RESULTS = {(0, 0): ("file_otters", "otters.md"), (1, 2): ("file_etna", "etna.txt")}
+
+
+def _file_run(harmony: str, chunk: int | None = None) -> list[dict]:
+    translator = Translator(
+        vocab=VOCAB,
+        new_id=id_factory(),
+        clock=Clock(),
+        recipients=RecipientMap.from_tools([WEB_SEARCH_TOOL, {"type": "file_search", "vector_store_ids": ["vs"]}]),
+        citations=PAGES.get,
+        file_citations=lambda n, i: RESULTS.get((n, i)),
+    )
+    ids = tokens(harmony)
+    events: list[dict] = []
+    for start in range(0, len(ids), chunk or len(ids)):
+        translator.receive_tokens(ids[start : start + (chunk or len(ids))])
+        events += translator.events()
+    translator.receive_end("stop")
+    events += translator.events()
+    check_stream(events)
+    return events
+
+
+def test_a_file_citation_is_removed_and_annotated_where_it_stood() -> None:
+    harmony = FINAL.format("Otters hold hands【0:0†otters.md】; Etna【1:2†etna.txt】 and Paris【1†L4】, not【0:5†x】.")
+    part = answer(_file_run(harmony))
+    assert part["text"] == f"Otters hold hands; Etna and Paris{WIKI}, not【0:5†x】."
+    assert part["annotations"] == [
+        {"type": "file_citation", "file_id": "file_otters", "filename": "otters.md", "index": len("Otters hold hands")},
+        {
+            "type": "file_citation",
+            "file_id": "file_etna",
+            "filename": "etna.txt",
+            "index": len("Otters hold hands; Etna"),
+        },
+        {
+            "type": "url_citation",
+            "start_index": len("Otters hold hands; Etna and Paris"),
+            "end_index": len(f"Otters hold hands; Etna and Paris{WIKI}"),
+            "title": "Paris - Wikipedia",
+            "url": "https://en.wikipedia.org/wiki/Paris",
+        },
+    ]
+    for chunk in (1, 2, 3, 7):
+        assert _file_run(harmony, chunk) == _file_run(harmony)
+
+
+def test_without_a_file_resolver_file_markers_stay_and_browser_ones_resolve() -> None:
+    events = run(FINAL.format("Fact【0:0†otters.md】 and【1†L4】."))
+    assert answer(events)["text"] == f"Fact【0:0†otters.md】 and{WIKI}."
+
+
+@pytest.mark.parametrize("text", ["a【0:0†otters.md】b", "【1:2†e】【0:0†o】【0:", "x【0:0†y†z】【1:", "【【0:0†o】】"])
+def test_file_citations_do_not_depend_on_how_text_is_split(text: str) -> None:
+    def filtered(chunks: list[str]) -> list[str | dict]:
+        cites = CitationFilter(PAGES.get, lambda n, i: RESULTS.get((n, i)))
+        out = [piece for chunk in chunks for piece in cites.feed(chunk)] + cites.flush()
+        joined: list[str | dict] = []
+        for piece in out:  # the text between annotations, however it was released
+            if isinstance(piece, str) and joined and isinstance(joined[-1], str):
+                joined[-1] += piece
+            elif piece != "":
+                joined.append(piece)
+        return joined
+
+    reference = filtered([text])
+    assert any(isinstance(p, dict) for p in reference)
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1):
+            assert filtered([text[:i], text[i:j], text[j:]]) == reference, (i, j)
