@@ -134,7 +134,8 @@ def test_vllm_joins_the_trace_of_our_engine_call(gateway: Gateway, engine: VLLM,
     # vLLM's span continues the traceparent our engine call sent: same trace, our engine call its parent.
     assert vllm_span.parent == engine_call.span_id
     assert vllm_span.service == VLLM_SERVICE
-    # And it is the same request, counted alike on both sides.
+    # And it is the same request (vLLM's id for it is made of ours), counted alike on both sides.
+    assert response.id in vllm_span.attributes["gen_ai.request.id"]
     assert vllm_span.attributes["gen_ai.usage.completion_tokens"] == len(ids)
     assert engine_call.attributes["gen_ai.usage.output_tokens"] == len(ids)
     assert response.usage is not None
