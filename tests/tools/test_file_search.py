@@ -23,6 +23,7 @@ from agents import Agent, FileSearchTool, OpenAIResponsesModel, Runner
 
 from api.helpers import MODEL, Live, async_openai_client, openai_client, sse_events, start_live
 from harmony_responses.engine import EngineStream, GenerateRequest, MockEngine
+from harmony_responses.render import RenderError, render_request
 from harmony_responses.serve import Config, create_app
 from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
@@ -38,6 +39,7 @@ SEARCH = "<|channel|>analysis<|message|>Search the files.<|end|><|start|>assista
 SAID = "Otters hold hands so that they do not drift apart"
 ANSWER = f"<|channel|>final<|message|>{SAID}【0:0†otters.md】, and Etna is in Sicily【0:7†volcano.txt】.<|return|>"
 KEYS = ("key-one-1234567890", "key-two-1234567890")
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 
 
 class Recorder:
@@ -282,3 +284,54 @@ def test_the_agents_sdk_file_search_tool(serve: Callable[..., Live]) -> None:
         (message,) = [item.raw_item for item in result.new_items if item.type == "message_output_item"]
         assert message.content[0].annotations[0].file_id == ids["otters.md"]
     assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+FILE_SEARCH = {"type": "file_search", "vector_store_ids": ["vs_1"]}
+
+
+def _prompt(request: dict[str, Any]) -> str:
+    rendered = render_request(request, current_date="2025-06-01")
+    return load_encoding().decode(rendered.token_ids)
+
+
+def test_the_name_is_reserved_and_tool_choice_can_force_a_search() -> None:
+    for tool, param in [
+        ({"type": "mcp", "server_label": "file_search", "server_url": "https://x.example"}, "tools[1].server_label"),
+        ({"type": "namespace", "name": "file_search", "tools": [{"name": "f"}]}, "tools[1].name"),
+    ]:
+        with pytest.raises(RenderError) as caught:
+            render_request({"input": "x", "tools": [FILE_SEARCH, tool]}, current_date="2025-06-01")
+        assert caught.value.param == param
+    forced = _prompt({"input": "x", "tools": [FILE_SEARCH], "tool_choice": {"type": "file_search"}})
+    assert forced.endswith("<|start|>assistant<|channel|>analysis to=file_search.msearch")
+    allowed = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "file_search"}]}
+    assert "## file_search" in _prompt({"input": "x", "tools": [FILE_SEARCH, WEATHER], "tool_choice": allowed})
+    assert "## file_search" not in _prompt({"input": "x", "tools": [FILE_SEARCH], "tool_choice": "none"})
+    with pytest.raises(RenderError):
+        render_request({"input": "x", "tool_choice": {"type": "file_search"}}, current_date="2025-06-01")
+
+
+def test_resent_items_number_their_results_in_order_and_without_results_render_the_call_only() -> None:
+    result = {"file_id": "file_1", "filename": "a.md", "score": 0.5, "text": "Alpha.", "attributes": {}}
+    call = {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["alpha"]}
+    prompt = _prompt(
+        {
+            "input": [
+                {"role": "user", "content": "q"},
+                {**call, "results": None},
+                {**call, "id": "fs_2", "results": [result]},
+                {"role": "assistant", "content": "Alpha."},
+            ],
+            "tools": [FILE_SEARCH],
+        }
+    )
+    msearch = '<|start|>assistant to=file_search.msearch<|channel|>analysis code<|message|>{"queries": ["alpha"]}'
+    assert prompt.count(msearch + "<|call|>") == 2
+    # The first search's results were not kept: the second is still search [1], as when the model read it.
+    assert prompt.count("<|start|>file_search.msearch to=assistant") == 1
+    assert '[1] 1 result for "alpha".\n\n【1:0†a.md】 file_id: file_1, score: 0.5000\nAlpha.<|end|>' in prompt
+    with pytest.raises(RenderError) as caught:
+        _prompt({"input": [{"role": "user", "content": "q"}, {**call, "queries": "alpha"}]})
+    assert caught.value.param == "input[1].queries"

@@ -65,7 +65,7 @@ def results_text(number: int, queries: Sequence[str], results: Sequence[dict[str
     asked = ", ".join(f'"{q}"' for q in queries)
     if not results:
         return f"[{number}] No results for {asked}."
-    lines = [f"[{number}] {len(results)} results for {asked}."]
+    lines = [f"[{number}] {len(results)} result{'' if len(results) == 1 else 's'} for {asked}."]
     for i, result in enumerate(results):
         name = _MARKER_UNSAFE.sub("_", str(result.get("filename") or result.get("file_id") or "file"))
         score = result.get("score")
