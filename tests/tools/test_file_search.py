@@ -335,3 +335,19 @@ def test_resent_items_number_their_results_in_order_and_without_results_render_t
     with pytest.raises(RenderError) as caught:
         _prompt({"input": [{"role": "user", "content": "q"}, {**call, "queries": "alpha"}]})
     assert caught.value.param == "input[1].queries"
+
+
+def test_a_chained_response_numbers_its_searches_after_the_earlier_ones(serve: Callable[..., Live]) -> None:
+    again = CALL.replace("why do otters hold hands", "where is Etna")
+    later = "<|channel|>final<|message|>In Sicily【1:0†volcano.txt】, not【0:0†otters.md】.<|return|>"
+    recorder = Recorder([SEARCH, ANSWER, again, later])
+    client = openai_client(serve(recorder))
+    store_id, ids = _store(client)
+    tools: Any = [{"type": "file_search", "vector_store_ids": [store_id]}]
+    first = client.responses.create(model=MODEL, input="Why?", tools=tools)
+    second = client.responses.create(model=MODEL, input="Where?", tools=tools, previous_response_id=first.id)
+    assert '<|message|>[1] 2 results for "where is Etna".\n\n【1:0†volcano.txt】' in recorder.prompts[3]
+    # This response's search resolves; the earlier response's result is not this response's to cite.
+    part = second.output[-1].content[0]
+    assert part.text == "In Sicily, not【0:0†otters.md】."
+    assert [(a.file_id, a.index) for a in part.annotations] == [(ids["volcano.txt"], len("In Sicily"))]
