@@ -6,6 +6,7 @@ Checked: the ``file_search_call`` item (queries, status, results only when inclu
 and read back (the prompts a recording engine received), the tool's ``max_num_results`` and ``filters``,
 4xx for bad tools and for vector stores the caller does not have, a resent output rendering the call
 and its results as the model wrote and read them, and the Agents SDK's ``FileSearchTool``.
+The search itself and another key's stores run on both stores (SQLite and a real PostgreSQL).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from harmony_responses.render import RenderError, render_request
 from harmony_responses.serve import Config, create_app
 from harmony_responses.tokens import EngineEnd, TokenChunk
 from harmony_responses.vocab import load_encoding
+from state import conftest as state_stores
 from translate.invariants import check_stream
 
 DOCS = {
@@ -39,6 +41,9 @@ SEARCH = "<|channel|>analysis<|message|>Search the files.<|end|><|start|>assista
 SAID = "Otters hold hands so that they do not drift apart"
 ANSWER = f"<|channel|>final<|message|>{SAID}【0:0†otters.md】, and Etna is in Sicily【0:7†volcano.txt】.<|return|>"
 KEYS = ("key-one-1234567890", "key-two-1234567890")
+# The state tests' store fixtures: a fresh SQLite file, or a schema of a real PostgreSQL.
+store_spec = state_stores.store_spec
+postgres_url = state_stores.postgres_url
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 
 
@@ -86,9 +91,9 @@ def _store(client: openai.OpenAI) -> tuple[str, dict[str, str]]:
     return store.id, ids
 
 
-def test_a_response_searches_the_files_and_cites_a_result(serve: Callable[..., Live]) -> None:
+def test_a_response_searches_the_files_and_cites_a_result(serve: Callable[..., Live], store_spec: str) -> None:
     recorder = Recorder([SEARCH, ANSWER])
-    client = openai_client(serve(recorder))
+    client = openai_client(serve(recorder, store=store_spec))
     store_id, ids = _store(client)
     response = client.responses.create(
         model=MODEL,
@@ -195,8 +200,8 @@ def test_max_num_results_and_filters_of_the_tool_apply(serve: Callable[..., Live
     assert places.output[2].content[0].annotations == []
 
 
-def test_bad_tools_and_other_keys_stores_are_refused(serve: Callable[..., Live]) -> None:
-    live = serve(Recorder([]), api_keys=KEYS)
+def test_bad_tools_and_other_keys_stores_are_refused(serve: Callable[..., Live], store_spec: str) -> None:
+    live = serve(Recorder([]), api_keys=KEYS, store=store_spec)
     mine, theirs = openai_client(live, api_key=KEYS[0]), openai_client(live, api_key=KEYS[1])
     store_id, _ = _store(mine)
 
