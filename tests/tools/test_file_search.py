@@ -12,6 +12,7 @@ The search itself and another key's stores run on both stores (SQLite and a real
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,13 @@ class Recorder:
     def __init__(self, lines: list[str]) -> None:
         self.lines = list(lines)
         self.prompts: list[str] = []
+        self.requests: list[GenerateRequest] = []
         self.engine = MockEngine(self._handle)
 
     async def _handle(self, request: GenerateRequest) -> EngineStream:
         encoding = load_encoding()
         self.prompts.append(encoding.decode(request.prompt_ids))
+        self.requests.append(request)
         yield TokenChunk(token_ids=encoding.encode(self.lines.pop(0), allowed_special="all"))
         yield EngineEnd(reason="stop", prompt_tokens=len(request.prompt_ids))
 
@@ -93,7 +96,7 @@ def _store(client: openai.OpenAI) -> tuple[str, dict[str, str]]:
 
 def test_a_response_searches_the_files_and_cites_a_result(serve: Callable[..., Live], store_spec: str) -> None:
     recorder = Recorder([SEARCH, ANSWER])
-    client = openai_client(serve(recorder, store=store_spec))
+    client = openai_client(serve(recorder, store=store_spec, constrain_recipients="declared"))
     store_id, ids = _store(client)
     response = client.responses.create(
         model=MODEL,
@@ -128,6 +131,12 @@ def test_a_response_searches_the_files_and_cites_a_result(serve: Callable[..., L
     )
     assert "Sea otters hold hands while they sleep" in results and "\n\n【0:1†bees.txt】 file_id: " in results
     assert results.endswith("<|end|><|start|>assistant")
+    # Engines that constrain calls hold the header to file_search.msearch and its arguments to {"queries": [...]}.
+    request = recorder.requests[0]
+    assert request.recipients == ("file_search.msearch",)
+    (grammar,) = request.tool_grammars
+    assert (grammar.namespace, grammar.name, grammar.syntax) == ("file_search", "msearch", "json_schema_optional")
+    assert json.loads(grammar.definition)["properties"]["queries"]["items"] == {"type": "string"}
 
 
 def test_results_only_when_included_and_the_events_in_order(serve: Callable[..., Live]) -> None:

@@ -11,6 +11,7 @@ file_search namespace and the results the model reads).
 
 from ._errors import RenderError
 from ._file_search import MAX_QUERIES as FILE_SEARCH_MAX_QUERIES
+from ._file_search import MSEARCH_PARAMETERS as FILE_SEARCH_PARAMETERS
 from ._file_search import results_text as file_search_results_text
 from ._history import PendingMcpCall
 from ._request import RenderedPrompt, answer_tool_search, render_request
@@ -19,6 +20,7 @@ from ._system import DEFAULT_PYTHON_DESCRIPTION
 __all__ = [
     "DEFAULT_PYTHON_DESCRIPTION",
     "FILE_SEARCH_MAX_QUERIES",
+    "FILE_SEARCH_PARAMETERS",
     "PendingMcpCall",
     "RenderError",
     "RenderedPrompt",

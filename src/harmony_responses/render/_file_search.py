@@ -17,7 +17,7 @@ from typing import Any
 
 from ._schema_ts import ToolSpec, namespace_body
 
-__all__ = ["FILE_SEARCH_NAMESPACE", "MAX_QUERIES", "file_search_namespace", "results_text"]
+__all__ = ["FILE_SEARCH_NAMESPACE", "MAX_QUERIES", "MSEARCH_PARAMETERS", "file_search_namespace", "results_text"]
 
 FILE_SEARCH_NAMESPACE = "file_search"
 MAX_QUERIES = 5
@@ -33,6 +33,18 @@ _DESCRIPTION = (
     "statement it supports. Cite only results you were shown."
 )
 
+# msearch's arguments; also what engines that constrain calls hold them to (run/start.py).
+MSEARCH_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "queries": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "What to search for, as full questions or phrases.",
+        }
+    },
+    "required": ["queries"],
+}
 _MSEARCH = ToolSpec(
     name="msearch",
     description=(
@@ -40,17 +52,7 @@ _MSEARCH = ToolSpec(
         "Prefer one precise query that restates the user's question with the context it needs; add more "
         "only to look up distinct facts."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "queries": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "What to search for, as full questions or phrases.",
-            }
-        },
-        "required": ["queries"],
-    },
+    parameters=MSEARCH_PARAMETERS,
 )
 
 

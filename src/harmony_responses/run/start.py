@@ -26,7 +26,7 @@ from ..ids import random_id
 from ..logs import request_arrived
 from ..metrics import RunMetrics, engine_label
 from ..offload import offload
-from ..render import RenderError, render_request
+from ..render import FILE_SEARCH_PARAMETERS, RenderError, render_request
 from ..request import ReasoningSealer, ResponseRequest
 from ..tokentrace import Recorder, TraceOptions
 from ..tool_types import is_web_search
@@ -146,8 +146,8 @@ def _mcp_grammars(tool: dict[str, Any], mode: str) -> list[ToolGrammar]:
 
 
 def _tool_grammars(model_request: dict[str, Any], mode: str = "json") -> tuple[ToolGrammar, ...]:
-    """The grammars of the custom tools and strict functions the prompt declares, for engines that constrain
-    a call's input."""
+    """The grammars of the custom tools and strict functions the prompt declares (and MCP tools' and
+    file_search's arguments), for engines that constrain a call's input."""
     if model_request.get("tool_choice") == "none":
         return ()
     out = []
@@ -164,6 +164,11 @@ def _tool_grammars(model_request: dict[str, Any], mode: str = "json") -> tuple[T
             out.append(function)
         if tool.get("type") == "mcp" and mode != "off":
             out += _mcp_grammars(tool, mode)
+        if tool.get("type") == "file_search" and mode != "off":
+            # {"queries": [...]}, as an MCP tool's arguments are held to its listed schema
+            definition = orjson.dumps(_closed(FILE_SEARCH_PARAMETERS)).decode()
+            syntax = "json_schema_optional"
+            out.append(ToolGrammar(name="msearch", syntax=syntax, definition=definition, namespace="file_search"))
         if tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
             for member in tool.get("tools") or ():
                 member = {"type": "function", **member} if isinstance(member, dict) else member
