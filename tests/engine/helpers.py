@@ -55,6 +55,14 @@ def stack(
             yield Stack(fake=fake, root=root)
 
 
+def per_tool_stack(kind: str, fake: Fake, **config: Any) -> contextlib.AbstractContextManager[Stack]:
+    """``stack`` under ``--constrain-recipients off``: each grammar tool is reached by its own trigger at its
+    call's header, the shape the per-tool tests read. The default, ``declared``, holds one grammar from
+    ``to=`` on (tests/engine/test_constrain_recipients.py)."""
+    config.setdefault("constrain_recipients", "off")
+    return stack(kind, fake, **config)
+
+
 def sse_events(raw: bytes) -> list[dict[str, Any]]:
     events = []
     for block in raw.decode().split("\n\n"):

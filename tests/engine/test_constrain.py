@@ -19,7 +19,7 @@ from real_engines.grammars import APPLY_PATCH, TICKET
 
 from .ebnf import accepts
 from .fakes import LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
-from .helpers import stack
+from .helpers import per_tool_stack, stack
 
 # The regex anchored, with a class escape: both as Python's re reads them.
 TICKET = {**TICKET, "format": {"type": "grammar", "syntax": "regex", "definition": r"^[A-Z]{2,4}-\d+$"}}
@@ -68,7 +68,7 @@ def tool_grammar(tag: dict[str, Any]) -> str:
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_structural_tag_holds_each_grammar_tool_from_its_call_header(kind: str) -> None:
     fake = (VLLMFake if kind == "vllm" else SGLangFake)(Scenario(tokens=harmony(CALL)))
-    with stack(kind, fake) as s:
+    with per_tool_stack(kind, fake) as s:
         response = s.post({"input": "Fix it", "tools": [APPLY_PATCH, TICKET, NOTE], "text": TEXT_FORMAT}).json()
         assert response["status"] == "completed"
         assert [(i["type"], i.get("input")) for i in response["output"]][-1] == ("custom_tool_call", PATCH)
@@ -98,7 +98,7 @@ def test_forced_and_required_tool_choice(kind: str) -> None:
     fake_class = VLLMFake if kind == "vllm" else SGLangFake
     forced = harmony(call_json("OPS-42") + "<|call|>")
     required = harmony("ticket <|constrain|>json<|message|>" + call_json("OPS-42") + "<|call|>")
-    with stack(kind, fake_class(Scenario(tokens=forced), Scenario(tokens=required))) as s:
+    with per_tool_stack(kind, fake_class(Scenario(tokens=forced), Scenario(tokens=required))) as s:
         choice = {"type": "custom", "name": "ticket"}
         response = s.post({"input": "Open one", "tools": [APPLY_PATCH, TICKET], "tool_choice": choice}).json()
         assert response["output"][-1]["input"] == "OPS-42"
@@ -116,7 +116,7 @@ def test_forced_and_required_tool_choice(kind: str) -> None:
 
 
 def test_llamacpp_lazy_grammar_triggers_at_the_call() -> None:
-    with stack("llamacpp", LlamaCppFake(Scenario(tokens=harmony(CALL)))) as s:
+    with per_tool_stack("llamacpp", LlamaCppFake(Scenario(tokens=harmony(CALL)))) as s:
         response = s.post({"input": "Fix it", "tools": [APPLY_PATCH, TICKET, NOTE]}).json()
         assert response["output"][-1]["input"] == PATCH
         sent = s.fake.requests[0]
@@ -178,7 +178,7 @@ UNCONSTRAINED = [
 def test_what_cannot_be_constrained_is_sent_unconstrained(kind: str, tools: list[dict[str, Any]]) -> None:
     fakes = {"vllm": VLLMFake, "sglang": SGLangFake, "llamacpp": LlamaCppFake}
     answer = harmony("<|channel|>final<|message|>Done.<|return|>")
-    with stack(kind, fakes[kind](Scenario(tokens=answer), Scenario(tokens=answer))) as s:
+    with per_tool_stack(kind, fakes[kind](Scenario(tokens=answer), Scenario(tokens=answer))) as s:
         assert s.post({"input": "Hi", "tools": tools}).json()["status"] == "completed"
         assert s.post({"input": "Hi", "tools": [APPLY_PATCH], "tool_choice": "none"}).json()["status"] == "completed"
         for sent in s.fake.requests:
@@ -193,7 +193,7 @@ def test_an_engine_refusing_the_grammars_keeps_the_schema(kind: str) -> None:
     final = harmony('<|channel|>final<|message|>{"a": 1}<|return|>')
     refusal = Scenario(status=400, message="unknown structural tag format")
     body = {"input": "Hi", "tools": [APPLY_PATCH], "text": TEXT_FORMAT}
-    with stack(kind, fakes[kind](refusal, Scenario(tokens=final), Scenario(tokens=final))) as s:
+    with per_tool_stack(kind, fakes[kind](refusal, Scenario(tokens=final), Scenario(tokens=final))) as s:
         assert s.post(body).json()["status"] == "completed"
         assert s.post(body).json()["status"] == "completed"
         first, retried, later = s.fake.requests

@@ -3,7 +3,8 @@
 Built from a ``GenerateRequest`` as run/start.py fills it (``recipients``) and read back as a regex
 (tests/engine/ebnf.py): the text a model would write after the trigger is judged, so that a test fails when
 a declared recipient would be refused or an undeclared one let through. The real llama.cpp steering them:
-tests/real_engines/llamacpp/test_declared_recipients.py.
+tests/real_engines/llamacpp/test_declared_recipients.py. The last tests go through our real server with its
+defaults: ``--constrain-recipients declared`` is the default.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
+
 from harmony_responses.engine import GenerateRequest, ToolGrammar
 from harmony_responses.engine._constrain import lazy_grammar, structural_tag
 from harmony_responses.run.start import _declared_recipients
 
 from .ebnf import accepts
-from .fakes import harmony
+from .fakes import LlamaCppFake, Scenario, VLLMFake, harmony
+from .helpers import stack
 
 ASSISTANT = harmony("<|start|>user<|message|>Hi<|end|><|start|>assistant")
 RECIPIENTS = ("functions.get_weather", "geo.lookup", "python", "browser.search")
@@ -153,3 +157,50 @@ def test_structural_tag_under_tool_choice_none() -> None:
     grammar = header["content"]["grammar"]
     assert accepts(grammar, "") and accepts(grammar, " <|constrain|>json") and accepts(grammar, " json")
     assert not accepts(grammar, " to=functions.get_weather")
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Oslo", "Rome"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+CUSTOM_TICKET = {
+    "type": "custom",
+    "name": "ticket",
+    "format": {"type": "grammar", "syntax": "regex", "definition": r"^[A-Z]{2}-\d$"},
+}
+CALL = '<|channel|>commentary to=functions.ticket <|constrain|>json<|message|>{"input": "AB-1"}<|call|>'
+
+
+def test_the_servers_default_holds_recipients_on_vllm() -> None:
+    with stack("vllm", VLLMFake(Scenario(tokens=harmony(CALL)), Scenario(tokens=harmony("Hi")))) as s:
+        response = s.post({"input": "Open one", "tools": [WEATHER, CUSTOM_TICKET]}).json()
+        assert response["output"][-1]["input"] == "AB-1"
+        none = s.post({"input": "Hi", "tools": [WEATHER, CUSTOM_TICKET], "tool_choice": "none"}).json()
+        assert none["status"] == "completed"
+        first, second = (orjson.loads(b["structured_outputs"]["structural_tag"]) for b in s.fake.requests)
+    fmt = first["format"]
+    assert "<|channel|>commentary to=" in fmt["triggers"]
+    grammar = fmt["tags"][fmt["triggers"].index("<|channel|>commentary to=")]["content"]["grammar"]
+    assert accepts(grammar, 'functions.ticket <|constrain|>json<|message|>{"input": "AB-1"}')
+    assert not accepts(grammar, 'functions.ticket <|constrain|>json<|message|>{"input": "no"}')
+    assert accepts(grammar, 'functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}')
+    assert not accepts(grammar, 'functions.get_weather <|constrain|>json<|message|>{"city": 3}')
+    assert not accepts(grammar, 'functions.nonexistent <|constrain|>json<|message|>{"city": "Oslo"}')
+    assert second["format"]["triggers"] == ["<|channel|>analysis", "<|channel|>commentary", "<|channel|>final"]
+
+
+def test_the_servers_default_holds_recipients_on_llamacpp() -> None:
+    with stack("llamacpp", LlamaCppFake(Scenario(tokens=harmony(CALL)))) as s:
+        assert s.post({"input": "Open one", "tools": [WEATHER, CUSTOM_TICKET]}).json()["output"][-1]["input"] == "AB-1"
+        body = s.fake.requests[0]
+    assert body["grammar_lazy"] is True
+    header = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    assert accepts(body["grammar"], header + '{"city": "Oslo"}')
+    assert not accepts(body["grammar"], header.replace("get_weather", "nonexistent") + '{"city": "Oslo"}')

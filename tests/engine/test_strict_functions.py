@@ -18,7 +18,7 @@ from harmony_responses.grammar import UnsupportedGrammar, schema_grammar
 
 from .ebnf import accepts
 from .fakes import LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
-from .helpers import stack
+from .helpers import per_tool_stack, stack
 
 PLACE = {
     "type": "object",
@@ -89,7 +89,7 @@ def test_the_grammar_holds_arguments_to_the_schema() -> None:
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_structural_tag_holds_a_strict_function_and_a_namespace_function(kind: str) -> None:
     loose = {**WEATHER, "name": "loose", "strict": False}
-    with stack(kind, FAKES[kind](Scenario(tokens=CALL))) as s:
+    with per_tool_stack(kind, FAKES[kind](Scenario(tokens=CALL))) as s:
         response = s.post({"input": "Weather?", "tools": [WEATHER, NAMESPACED, loose]}).json()
         assert response["output"][-1]["arguments"] == json.dumps(VALID[0])
         tags = {t["begin"]: t for t in tag_of(s.fake.requests[0], kind)["format"]["tags"]}
@@ -112,7 +112,7 @@ def test_structural_tag_holds_a_strict_function_and_a_namespace_function(kind: s
 def test_constrain_function_arguments_schema_and_off(kind: str, mode: str) -> None:
     loose = {**WEATHER, "name": "loose", "strict": False}
     optional = {**loose, "name": "optional", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
-    with stack(kind, FAKES[kind](Scenario(tokens=CALL)), constrain_function_arguments=mode) as s:
+    with per_tool_stack(kind, FAKES[kind](Scenario(tokens=CALL)), constrain_function_arguments=mode) as s:
         s.post({"input": "Weather?", "tools": [WEATHER, loose, optional]})
         tags = {t["begin"]: t for t in tag_of(s.fake.requests[0], kind)["format"]["tags"]}
     strict = tags["to=functions.get_weather<|message|>"]["content"]["grammar"]
@@ -142,7 +142,7 @@ def test_a_forced_strict_function_is_held_from_the_first_token(kind: str) -> Non
 
 
 def test_llamacpp_lazy_grammar_holds_a_strict_function() -> None:
-    with stack("llamacpp", LlamaCppFake(Scenario(tokens=CALL))) as s:
+    with per_tool_stack("llamacpp", LlamaCppFake(Scenario(tokens=CALL))) as s:
         s.post({"input": "Weather?", "tools": [WEATHER, NAMESPACED]})
         sent = s.fake.requests[0]
     assert sent["grammar_lazy"] is True
@@ -160,7 +160,7 @@ def test_llamacpp_lazy_grammar_holds_a_strict_function() -> None:
 def test_non_strict_functions_under_off_and_tool_choice_none_are_not_constrained(kind: str) -> None:
     answer = harmony("<|channel|>final<|message|>Done.<|return|>")
     fake = FAKES[kind](Scenario(tokens=answer), Scenario(tokens=answer))
-    with stack(kind, fake, constrain_function_arguments="off") as s:
+    with per_tool_stack(kind, fake, constrain_function_arguments="off") as s:
         assert s.post({"input": "Hi", "tools": [{**WEATHER, "strict": False}]}).json()["status"] == "completed"
         assert s.post({"input": "Hi", "tools": [WEATHER], "tool_choice": "none"}).json()["status"] == "completed"
         for sent in s.fake.requests:

@@ -535,6 +535,10 @@ async def build_run(
             compaction=Compaction(summary=summary, sealer=sealer),
             trace=recorder,  # (no prompt of its own: the summary's engine call has its prompt)
         )
+    # First: it holds nothing to release, and refuses (404) before a container is made for the response.
+    file_search = await file_search_session(request, vector_stores)
+    if file_search is not None:
+        tool_sessions.add(file_search)
     try:
         code = code_interpreter_session(
             request.body.get("tools"),
@@ -549,9 +553,6 @@ async def build_run(
     browser = _browser_session(web_search, request)
     if browser is not None:
         tool_sessions.add(browser)
-    file_search = await file_search_session(request, vector_stores)
-    if file_search is not None:
-        tool_sessions.add(file_search)
     model_request, mcp, rendered = await render_prompt(
         request, prompting=prompting, python_description=python_description, mcp_options=mcp_options
     )

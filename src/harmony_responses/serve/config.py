@@ -120,7 +120,7 @@ class Config:
     secret_key: str | None = field(default=None, repr=False)
     reasoning_summaries: str = "reasoning"
     constrain_function_arguments: str = "json"
-    constrain_recipients: str = "off"
+    constrain_recipients: str = "declared"
     store: str = "sqlite"
     data_dir: str | None = None
     retention: float | None = None

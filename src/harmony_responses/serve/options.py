@@ -515,7 +515,7 @@ OPTIONS: tuple[Option, ...] = (
         flag="--constrain-recipients",
         group="tools",
         choices=("declared", "off"),
-        default="off",
+        default="declared",
         help="on engines that constrain calls (vLLM, SGLang, llama.cpp): 'declared' holds the recipient a header "
         "names after to= to the declared tools (functions, namespaces, MCP servers' listed tools, python, "
         "browser.*, tool_search) and, under tool_choice none, lets no header name one; 'off' takes the recipient "

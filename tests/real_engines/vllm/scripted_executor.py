@@ -16,8 +16,11 @@ written again, a step at a time (``delay`` apart, 10 ms at least; the log says `
 its last id only once the file is gone; so a test keeps a scheduler slot taken as long as it needs, while
 vLLM goes on stepping (admitting, queueing, reporting its stats) around it. When structured outputs
 constrain a request, the scripted id is taken only if the grammar's bitmask allows it; otherwise the first
-allowed id in ``<|return|>``, then the lowest allowed id (so a grammar that forbids the script shows in
-the output, as it would with a real model).
+allowed id in ``<|return|>``, ``<|call|>``, ``}``, ``]``, then the lowest allowed id (so a grammar that
+forbids the script shows in the output, as it would with a real model, which closes what it must close). Once steered off its script, a request whose grammar lets go
+(a tag ended: every id allowed again) goes on from the script's next special token (``<|call|>``, ``<|end|>``,
+``<|message|>``…): a model made to close its arguments early ends its call, where the script's position-by-
+position ids would have written the rest of its own arguments after them.
 
 Logprobs are deterministic: the sampled id gets ``-0.25``, alternatives are the next ids with
 ``-1, -2, …``; an alternative the grammar forbids gets ``-inf`` (what a masked real model reports).
@@ -46,6 +49,9 @@ from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
 from vllm.v1.worker.worker_base import CompilationTimes
 
 EOT, RETURN = 199999, 200002
+SPECIAL = 199998  # the Harmony special tokens' ids begin here
+# What a steered model prefers when its script's id is refused: ending, then closing (o200k's ids of "}", "]").
+CLOSERS = (RETURN, 200012, 92, 60)
 SAMPLED_LOGPROB = -0.25
 # KV cache the scheduler may hand out (bytes; the spec below makes it a few thousand blocks).
 KV_BYTES = 64 << 20
@@ -63,6 +69,8 @@ class _Req:
     hold: str | None = None
     out: list[int] = field(default_factory=list)
     held: int = 0  # ids written again while held (not the script's)
+    skip: int = 0  # script ids passed over after a steer (see _pick)
+    steered: bool = False
     computed: int = 0
 
 
@@ -263,7 +271,7 @@ class _Worker:
 
     def _held(self, req_id: str, req: _Req) -> bool:
         """Whether ``req`` writes its last id again this step (its rule's hold file exists)."""
-        written = len(req.out) - req.held
+        written = len(req.out) - req.held + req.skip
         if not req.hold or not req.out or written != len(req.script) - 1 or not os.path.exists(req.hold):
             return False
         if not req.held:  # the first held step: a test waits for this line
@@ -272,17 +280,30 @@ class _Worker:
         return True
 
     def _pick(self, req: _Req, mask: Any) -> int:
-        k = len(req.out) - req.held
+        k = len(req.out) - req.held + req.skip  # the script's next id: held repeats and steered skips aside
+        if req.steered and mask is not None and _free(mask):
+            req.steered = False
+            ahead = next((j for j in range(k, len(req.script)) if req.script[j] >= SPECIAL), None)
+            if ahead is not None:
+                req.skip += ahead - k
+                k = ahead
         token = req.script[k] if k < len(req.script) else EOT
         if mask is None or _allowed(mask, token):
             return token
-        if _allowed(mask, RETURN):
-            return RETURN
+        req.steered = True
+        for closer in CLOSERS:
+            if _allowed(mask, closer):
+                return closer
         for word, bits in enumerate(mask.tolist()):
             if bits:
                 bits &= 0xFFFFFFFF
                 return word * 32 + ((bits & -bits).bit_length() - 1)
         return EOT
+
+
+def _free(mask: Any) -> bool:
+    """Whether the bitmask allows every id of the vocabulary (its last word may be padding)."""
+    return bool((mask[:-1] == -1).all())
 
 
 def _allowed(mask: Any, token: int) -> bool:

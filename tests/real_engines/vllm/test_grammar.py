@@ -39,7 +39,9 @@ def test_a_valid_input_comes_through_unchanged(gateway: Gateway, completions: VL
         item = last_call(client, "case-gram-ok: add the file", [APPLY_PATCH, TICKET, WEATHER])
     assert (item.type, item.name, item.input) == ("custom_tool_call", "apply_patch", PATCH)
     (new,) = completions.events("case-gram-ok", "new")
-    assert "to=functions.apply_patch " in new["sampling"]["structured_outputs"]  # vLLM's SamplingParams (repr)
+    sampling = new["sampling"]["structured_outputs"]  # vLLM's SamplingParams (repr)
+    # The declared recipients' grammar (the default), holding apply_patch's input after its header.
+    assert "<|channel|>commentary to=" in sampling and "functions.apply_patch" in sampling
 
 
 def test_an_input_outside_the_regex_is_held_to_it(gateway: Gateway, completions: VLLM) -> None:

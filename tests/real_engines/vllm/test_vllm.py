@@ -487,3 +487,19 @@ def test_a_prompt_over_max_model_len_is_context_length_exceeded(completions: VLL
         _adapter_call(completions, GenerateRequest(prompt_ids=prompt, max_tokens=10))
     assert (info.value.status_hint, info.value.code_hint) == (400, "context_length_exceeded")
     assert "maximum context length is 4096 tokens" in str(info.value)
+
+
+def test_a_priority_sent_to_an_fcfs_vllm_is_taken_and_ignored(completions: VLLM) -> None:
+    # --engine-priority against a vLLM started without --scheduling-policy priority: vLLM's API reference says a
+    # priority other than 0 raises an error there, but vLLM 0.33 answers 200 and schedules first come, first
+    # served (docs/production/operating.md says so: a forgotten flag shows as no ordering, not as errors).
+    assert completions.script is not None
+    completions.script.say("case-fcfs-priority", final("Unordered."))
+    prompt = harmony("<|start|>user<|message|>case-fcfs-priority<|end|><|start|>assistant")
+
+    async def run() -> list[Any]:
+        async with VLLMEngine(EngineOptions(url=completions.url, priority=True)) as engine:
+            return [item async for item in engine.generate(GenerateRequest(prompt_ids=prompt, priority=1))]
+
+    items = asyncio.run(run())
+    assert items and completions.events("case-fcfs-priority", "new")

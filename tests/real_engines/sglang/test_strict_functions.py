@@ -1,0 +1,134 @@
+"""Strict functions through SGLang 0.5.23's xgrammar backend: the matcher refuses what leaves the schema.
+
+No sampler runs in the scripted scheduler (see test_grammar.py), so nothing is steered here: the scheduler
+replays the scripted ids through the matcher SGLang compiled from our structural tag and reports the first
+id it refused, which is where a grammar-following sampler would have been made to write something else
+(the vLLM tier shows the steering itself). Each script writes ``get_weather`` arguments that a strict
+schema refuses; the same script for the function declared without ``strict`` is accepted whole, since the
+default (``--constrain-function-arguments json``) holds it only to one JSON object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from harmony_responses.vocab import load_encoding
+
+from ..gateway import Gateway
+from ..grammars import TICKET, call
+from .conftest import SGLang
+
+MODEL = "gpt-oss-20b"
+Stack = tuple[SGLang, Gateway]
+
+pytestmark = pytest.mark.timeout(900)  # the first test waits for SGLang to start (conftest)
+
+
+def strict_object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def weather(schema: dict[str, Any], *, strict: bool, name: str = "get_weather") -> dict[str, Any]:
+    return {"type": "function", "name": name, "description": "Weather.", "parameters": schema, "strict": strict}
+
+
+# (schema, the arguments the script writes, what the matcher accepts of them before refusing one id)
+CASES: dict[str, tuple[dict[str, Any], str, str]] = {
+    "wrong-type": (strict_object({"city": {"type": "integer"}}), '{"city": "Paris"}', '{"city": '),
+    "outside-enum": (
+        strict_object({"city": {"type": "string", "enum": ["Rome", "Oslo"]}}),
+        '{"city": "Paris"}',
+        '{"city": "',
+    ),
+    "missing-required": (
+        strict_object({"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}),
+        '{"city": "Paris"}',
+        '{"city": "Paris"',
+    ),
+    "extra-property": (
+        strict_object({"city": {"type": "string"}}),
+        '{"city": "Paris", "when": "now"}',
+        '{"city": "Paris"',
+    ),
+}
+
+
+def matcher(stack: Stack, key: str, text: str, tools: list[dict[str, Any]], **create: Any) -> tuple[Any, Any]:
+    """(the response, or the error it ended with, and what SGLang's xgrammar matcher made of the scripted ids)."""
+    sglang, gateway = stack
+    sglang.script.say(key, text)
+    with gateway.client(max_retries=0) as client:
+        try:
+            response: Any = client.responses.create(
+                model=MODEL, input=key, tools=tools, max_output_tokens=256, **create
+            )
+        except openai.InternalServerError as exc:  # a failed response, unstreamed
+            response = exc
+    received = sglang.request_for(key)
+    assert received["sampling"] and received["sampling"].get("structural_tag"), received["sampling"]
+    return response, received["grammar"]
+
+
+def accepted_text(text: str, grammar: dict[str, Any]) -> str:
+    ids = load_encoding().encode(text, allowed_special="all")
+    return load_encoding().decode(ids[: grammar["rejected_at"]])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_strict_function_refuses_arguments_outside_its_schema(stack: Stack, case: str) -> None:
+    schema, arguments, accepted_up_to = CASES[case]
+    text = call("get_weather", arguments)
+    key = f"strict{case.replace('-', '')}"
+    response, grammar = matcher(stack, key, text, [weather(schema, strict=True)])
+    assert grammar["accepted_all"] is False, grammar
+    assert accepted_text(text, grammar).endswith(accepted_up_to), accepted_text(text, grammar)
+    # Unsteered, the script's arguments reach the translator, which ends the response failed, quoting them.
+    assert isinstance(response, openai.InternalServerError) and arguments in response.message, response
+    # Declared without strict: one JSON object is all it is held to, and the script is one.
+    response, grammar = matcher(stack, f"{key}loose", text, [weather(schema, strict=False)])
+    assert grammar["accepted_all"] is True, grammar
+    assert response.output[-1].arguments == arguments
+
+
+def test_unterminated_json_is_refused_where_the_call_ends(stack: Stack) -> None:
+    text = call("get_weather", '{"city": "Paris"')
+    loose = weather({"type": "object", "properties": {"city": {"type": "string"}}}, strict=False)
+    _, grammar = matcher(stack, "strictunterminated", text, [loose])
+    assert grammar["accepted_all"] is False, grammar
+    assert accepted_text(text, grammar).endswith('{"city": "Paris"'), accepted_text(text, grammar)
+
+
+def test_a_forced_strict_function_is_held_from_its_first_token(stack: Stack) -> None:
+    schema = CASES["outside-enum"][0]
+    choice = {"type": "function", "name": "get_weather"}
+    _, grammar = matcher(
+        stack, "strictforcedok", '{"city": "Rome"}<|call|>', [weather(schema, strict=True)], tool_choice=choice
+    )
+    assert grammar["accepted_all"] is True, grammar
+    bad = '{"city": "Paris"}<|call|>'
+    _, grammar = matcher(stack, "strictforcedbad", bad, [weather(schema, strict=True)], tool_choice=choice)
+    assert grammar["accepted_all"] is False, grammar
+    assert accepted_text(bad, grammar).endswith('{"city": "'), accepted_text(bad, grammar)
+
+
+def test_a_strict_namespace_function_and_several_tools(stack: Stack) -> None:
+    schema = CASES["wrong-type"][0]
+    member = {k: v for k, v in weather(schema, strict=True).items() if k != "type"}
+    namespace = {"type": "namespace", "name": "geo", "description": "Places.", "tools": [member]}
+    other = weather(CASES["extra-property"][0], strict=True, name="get_weather_v2")
+    text = call("get_weather", '{"city": 7}').replace("to=functions.", "to=geo.")
+    response, grammar = matcher(stack, "strictnamespaceok", text, [TICKET, other, namespace])
+    assert grammar["accepted_all"] is True, grammar
+    item = response.output[-1]
+    assert (item.type, item.name, item.namespace, item.arguments) == (
+        "function_call",
+        "get_weather",
+        "geo",
+        '{"city": 7}',
+    )
+    bad = call("get_weather", '{"city": "Paris"}').replace("to=functions.", "to=geo.")
+    _, grammar = matcher(stack, "strictnamespacebad", bad, [TICKET, other, namespace])
+    assert grammar["accepted_all"] is False and accepted_text(bad, grammar).endswith('{"city": '), grammar
