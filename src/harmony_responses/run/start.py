@@ -73,7 +73,7 @@ class Prompting:
     # it (as if strict, else one JSON object), "off" nothing. Strict functions are held to their schema always.
     constrain_function_arguments: str = "json"
     # Hold a header's recipient to the declared tools on engines that constrain calls (--constrain-recipients).
-    constrain_recipients: bool = False
+    constrain_recipients: bool = True
 
 
 def wants_summary(body: dict[str, Any]) -> bool:
