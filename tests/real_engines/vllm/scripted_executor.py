@@ -17,10 +17,11 @@ its last id only once the file is gone; so a test keeps a scheduler slot taken a
 vLLM goes on stepping (admitting, queueing, reporting its stats) around it. When structured outputs
 constrain a request, the scripted id is taken only if the grammar's bitmask allows it; otherwise the first
 allowed id in ``<|return|>``, ``<|call|>``, ``}``, ``]``, then the lowest allowed id (so a grammar that
-forbids the script shows in the output, as it would with a real model, which closes what it must close). Once steered off its script, a request whose grammar lets go
-(a tag ended: every id allowed again) goes on from the script's next special token (``<|call|>``, ``<|end|>``,
-``<|message|>``…): a model made to close its arguments early ends its call, where the script's position-by-
-position ids would have written the rest of its own arguments after them.
+forbids the script shows in the output, as it would with a real model, which closes what it must close).
+Once steered off its script, a request whose grammar lets go (a tag ended: every id allowed again) goes on
+from the script's next special token (``<|call|>``, ``<|end|>``, ``<|message|>``…): a model made to close
+its arguments early ends its call, where the script's position-by-position ids would have written the rest
+of its own arguments after them.
 
 Logprobs are deterministic: the sampled id gets ``-0.25``, alternatives are the next ids with
 ``-1, -2, …``; an alternative the grammar forbids gets ``-inf`` (what a masked real model reports).
