@@ -16,6 +16,7 @@ on / off (what tracing costs while it exports).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,19 @@ class _Sink(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+@contextlib.contextmanager
+def sink() -> Iterator[str]:
+    """An OTLP/HTTP endpoint in this process that reads and drops every export (its URL, for
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``): the exporter's work is all in the figures, the collector's none."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _default_rev() -> str:
@@ -113,12 +128,9 @@ def _measure(src: Path | None, otel: bool, script: Path, collector: str, workdir
 
 def main() -> None:
     rev = sys.argv[1] if len(sys.argv) > 1 else _default_rev()
-    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
-    collector = f"http://127.0.0.1:{sink.server_address[1]}"
     runs = {"previous": (True, False), "off": (False, False), "on": (False, True), "again": (True, False)}
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, sink() as collector:
         workdir = Path(tmp)
         script = workdir / "script.jsonl"
         script.write_text(json.dumps({"tokens": completion(TOKENS)}) + "\n")
@@ -130,7 +142,6 @@ def main() -> None:
                     figures[name].append(_measure(tree / "src" if previous else None, otel, script, collector, workdir))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-            sink.shutdown()
     rate = {name: max(r for r, _ in values) for name, values in figures.items()}
     first = {name: min(f for _, f in values) for name, values in figures.items()}
     print(f"{STREAMS} streams x {TOKENS} tokens; previous = {rev}; best of {ROUNDS} rounds")
