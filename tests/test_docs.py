@@ -5,6 +5,7 @@ warnings."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -178,6 +179,58 @@ def test_the_guide_builds_without_warnings(tmp_path: Path) -> None:
     assert '<pre class="mermaid"><code>stateDiagram-v2' in states and "language-mermaid" not in states
     # Offline: no web fonts or scripts from elsewhere (the theme's default fonts come from Google).
     assert "fonts.googleapis.com" not in (site / "index.html").read_text()
+
+
+DIAGRAM_PAGE = """
+import chromium from "@sparticuz/chromium";
+import { chromium as playwright } from "playwright-core";
+const browser = await playwright.launch({ executablePath: await chromium.executablePath(), args: chromium.args });
+try {
+  const context = await browser.newContext();
+  const requested = [];
+  context.on("request", (request) => requested.push(request.url()));
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  await page.goto(process.argv[2]);
+  // Material swaps the pre.mermaid for a div.mermaid once mermaid has drawn the diagram into it.
+  const drawn = await page.waitForSelector("div.mermaid", { timeout: 60000 });
+  const box = await drawn.boundingBox();
+  console.log(JSON.stringify({
+    requested, errors, height: box.height, source: await page.$$eval("pre.mermaid", (nodes) => nodes.length),
+  }));
+} finally {
+  await browser.close();
+}
+"""
+
+
+def test_the_state_diagram_is_drawn_offline_in_chromium(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import subprocess
+    import threading
+
+    from chromium import ensure, node
+
+    ensure()
+    site = tmp_path / "site"
+    done = subprocess.run([ROOT / "scripts" / "docs", "--site-dir", site], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        root = f"http://127.0.0.1:{server.server_address[1]}/"
+        try:
+            seen = node(DIAGRAM_PAGE, root + "translator-states.html")
+        finally:
+            server.shutdown()
+    assert seen.returncode == 0, seen.stderr
+    page = json.loads(seen.stdout)
+    assert page["errors"] == [] and page["source"] == 0 and page["height"] > 100, page
+    # Drawn by the site's own copy of mermaid: nothing was asked of another host (unpkg.com, a font CDN).
+    assert root + "javascripts/mermaid.min.js" in page["requested"]
+    assert all(url.startswith(root) for url in page["requested"]), page["requested"]
 
 
 def test_scripts_docs_serve_serves_the_guide() -> None:

@@ -1,78 +1,29 @@
 """The trace page in a real headless Chromium: what a user sees of a streamed response with a tool call and a
 recovered malformed header, and that the page asks nothing of anyone but the server.
 
-Chromium is ``@sparticuz/chromium``'s binary driven by ``playwright-core``, both from npm, installed at
-test setup (not at run time) into a cache outside the checkout keyed by their versions; the test skips,
-naming the command to run, when they cannot be installed or Chromium cannot start here.
+Chromium from npm, installed at test setup (tests/chromium.py); the tests skip, naming the command to run,
+when it cannot be installed or cannot start here.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from api.helpers import MODEL, openai_client
+from chromium import ensure, node
 
 from .helpers import ANSWER, MALFORMED_SEARCH, WEB_SEARCH, Servers, trace_json
 
 HERE = Path(__file__).resolve().parent
-CHROMIUM = "153.0.0"  # @sparticuz/chromium (Chromium 153)
-PLAYWRIGHT = "1.65.1"  # playwright-core
-CACHE = (
-    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "harmony-responses"
-    / f"trace-browser-chromium-{CHROMIUM}-playwright-core-{PLAYWRIGHT}"
-)
-INSTALL = f"npm install --prefix {CACHE} @sparticuz/chromium@{CHROMIUM} playwright-core@{PLAYWRIGHT}"
-PROBE = (
-    'import c from "@sparticuz/chromium"; import { chromium as p } from "playwright-core";'
-    "const b = await p.launch({ executablePath: await c.executablePath(), args: c.args, headless: true });"
-    "await b.close();"
-)
-
-
-def _node(script: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """Run an ES module from the cache folder, where its imports resolve (a copy, removed after)."""
-    path = CACHE / f"run-{uuid.uuid4().hex}.mjs"
-    path.write_text(script)
-    try:
-        return subprocess.run(["node", str(path), *args], capture_output=True, text=True, timeout=timeout, cwd=CACHE)
-    finally:
-        path.unlink()
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[None]:
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip(f"node and npm are needed for the browser test: install them, then run {INSTALL}")
-    if not (CACHE / "node_modules" / "playwright-core").is_dir():
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=CACHE.name + ".", dir=CACHE.parent))
-        (staging / "package.json").write_text('{"private": true}\n')
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(staging),
-             f"@sparticuz/chromium@{CHROMIUM}", f"playwright-core@{PLAYWRIGHT}"],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        if done.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.skip(f"could not install Chromium from npm ({done.stderr.strip()[-300:]}): run {INSTALL}")
-        try:
-            staging.rename(CACHE)  # whole or not at all: a concurrent run may have won, which is as good
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-    probe = _node(PROBE, timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"headless Chromium cannot start here ({probe.stderr.strip()[-300:]}); check with: {INSTALL}")
-    yield
+def browser() -> None:
+    ensure()
 
 
 def shown(text: str) -> str:
@@ -95,7 +46,7 @@ def test_the_trace_page_of_a_streamed_response_in_chromium(
     by_seq = {entry["seq"]: entry for entry in trace["events"]}
 
     shot = Path(os.environ.get("TRACE_SCREENSHOT") or tmp_path / "trace.png")
-    done = _node((HERE / "trace_page.mjs").read_text(), f"{live.base_url}/responses/{response_id}/trace", str(shot))
+    done = node((HERE / "trace_page.mjs").read_text(), f"{live.base_url}/responses/{response_id}/trace", str(shot))
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["errors"] == []
@@ -171,7 +122,7 @@ def test_a_compactions_summary_call_is_shown_with_the_engine_calls(browser: None
         input=conversation,  # type: ignore[arg-type]
         context_management=[{"type": "compaction", "compact_threshold": 20}],
     )
-    done = _node(COMPACTION_PAGE, f"{live.base_url}/responses/{response.id}/trace")
+    done = node(COMPACTION_PAGE, f"{live.base_url}/responses/{response.id}/trace")
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["errors"] == []
