@@ -365,3 +365,25 @@ def test_a_chained_response_numbers_its_searches_after_the_earlier_ones(serve: C
     part = second.output[-1].content[0]
     assert part.text == "In Sicily, not【0:0†otters.md】."
     assert [(a.file_id, a.index) for a in part.annotations] == [(ids["volcano.txt"], len("In Sicily"))]
+
+
+def test_the_guides_file_search_page_is_what_runs(serve: Callable[..., Live]) -> None:
+    from guide import blocks, printed_pattern
+
+    page = blocks("tools/file-search.md")
+    [response_block] = [text for _, text, mark in page if mark == "file_search_response"]
+    [declared] = [text for _, text, mark in page if mark == "file_search_declared"]
+    [tool_message] = [text for _, text, mark in page if mark == "file_search_results"]
+    recorder = Recorder([SEARCH, ANSWER])
+    live = serve(recorder)
+    client = openai_client(live)
+    store_id, _ = _store(client)
+    # The page's request, as written, against this server and the test's vector store.
+    scope: dict[str, Any] = {"client": client, "store": client.vector_stores.retrieve(store_id)}
+    exec(response_block, scope)
+    response = scope["response"]
+    assert [item.type for item in response.output] == ["reasoning", "file_search_call", "message"]
+    assert response.output[1].results, response.output[1]
+    # What the page says the model is declared and reads is what the engine received.
+    assert printed_pattern(declared).search(recorder.prompts[0]), recorder.prompts[0]
+    assert printed_pattern(tool_message).search(recorder.prompts[1]), recorder.prompts[1]
