@@ -15,14 +15,8 @@ from typing import Any
 import openai
 import pytest
 
-from harmony_responses.vocab import load_encoding
-
-from ..gateway import Gateway
 from ..grammars import TICKET, call
-from .conftest import SGLang
-
-MODEL = "gpt-oss-20b"
-Stack = tuple[SGLang, Gateway]
+from .matching import Stack, matcher, refused_where
 
 pytestmark = pytest.mark.timeout(900)  # the first test waits for SGLang to start (conftest)
 
@@ -54,36 +48,6 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         '{"city": "Paris"',
     ),
 }
-
-
-def matcher(stack: Stack, key: str, text: str, tools: list[dict[str, Any]], **create: Any) -> tuple[Any, Any]:
-    """(the response, or the error it ended with, and what SGLang's xgrammar matcher made of the scripted ids)."""
-    sglang, gateway = stack
-    sglang.script.say(key, text)
-    with gateway.client(max_retries=0) as client:
-        try:
-            response: Any = client.responses.create(
-                model=MODEL, input=key, tools=tools, max_output_tokens=256, **create
-            )
-        except openai.InternalServerError as exc:  # a failed response, unstreamed
-            response = exc
-    received = sglang.request_for(key)
-    assert received["sampling"] and received["sampling"].get("structural_tag"), received["sampling"]
-    return response, received["grammar"]
-
-
-def refused_where(text: str, grammar: dict[str, Any], violation: str) -> None:
-    """The matcher refused the id that crosses where the arguments (after the header) leave the schema: just
-    after ``violation``, their valid beginning. Token boundaries need not fall there: ' "' is one id."""
-    assert grammar["accepted_all"] is False, grammar
-    encoding = load_encoding()
-    ids = encoding.encode(text, allowed_special="all")
-    accepted = encoding.decode(ids[: grammar["rejected_at"]])
-    with_refused = encoding.decode(ids[: grammar["rejected_at"] + 1])
-    header_end = text.rfind("<|message|>")  # none when the prompt wrote the header (a forced call)
-    body = header_end + len("<|message|>") if header_end >= 0 else 0
-    point = text.index(violation, body) + len(violation)
-    assert len(accepted) <= point < len(with_refused), (accepted, with_refused, violation)
 
 
 @pytest.mark.parametrize("case", list(CASES))
