@@ -33,15 +33,16 @@ def matcher(stack: Stack, key: str, text: str, tools: list[dict[str, Any]], **cr
     return response, received["grammar"]
 
 
-def refused_where(text: str, grammar: dict[str, Any], violation: str) -> None:
-    """The matcher refused the id that crosses where the arguments (after the header) leave the schema: just
-    after ``violation``, their valid beginning. Token boundaries need not fall there: ' "' is one id."""
+def refused_where(text: str, grammar: dict[str, Any], violation: str, *, in_header: bool = False) -> None:
+    """The matcher refused the id that crosses where the text leaves the grammar: just after ``violation``,
+    its valid beginning, in the arguments (after the header) or, ``in_header``, in the call's header. Token
+    boundaries need not fall there: ' "' is one id."""
     assert grammar["accepted_all"] is False, grammar
     encoding = load_encoding()
     ids = encoding.encode(text, allowed_special="all")
     accepted = encoding.decode(ids[: grammar["rejected_at"]])
     with_refused = encoding.decode(ids[: grammar["rejected_at"] + 1])
     header_end = text.rfind("<|message|>")  # none when the prompt wrote the header (a forced call)
-    body = header_end + len("<|message|>") if header_end >= 0 else 0
+    body = header_end + len("<|message|>") if header_end >= 0 and not in_header else 0
     point = text.index(violation, body) + len(violation)
     assert len(accepted) <= point < len(with_refused), (accepted, with_refused, violation)

@@ -15,7 +15,8 @@ while the file ``PATH`` exists: once all but the last of its ``ids`` are written
 written again, a step at a time (``delay`` apart, 10 ms at least; the log says ``held`` at the first), and
 its last id only once the file is gone; so a test keeps a scheduler slot taken as long as it needs, while
 vLLM goes on stepping (admitting, queueing, reporting its stats) around it. When structured outputs
-constrain a request, the scripted id is taken only if the grammar's bitmask allows it; otherwise the first
+constrain a request, the scripted id is taken only if the grammar's bitmask allows it; otherwise the
+script's next special token when allowed there (the rest of a refused word is left out), else the first
 allowed id in ``<|return|>``, ``<|call|>``, ``}``, ``]``, then the lowest allowed id (so a grammar that
 forbids the script shows in the output, as it would with a real model, which closes what it must close).
 Once steered off its script, a request whose grammar lets go (a tag ended: every id allowed again) goes on
@@ -197,7 +198,7 @@ class _Worker:
         for req_id in so.finished_req_ids:
             req = self.reqs.pop(req_id, None)
             if req is not None:
-                self.log.write(event="finished", req_id=req_id, match=req.match, generated=len(req.out))
+                self.log.write(event="finished", req_id=req_id, match=req.match, generated=len(req.out), ids=req.out)
         for new in so.scheduled_new_reqs:
             prompt = list(new.prompt_token_ids or [])
             script, delay, match, hold = self.script.choose(self.model_path, prompt)
@@ -292,6 +293,12 @@ class _Worker:
         if mask is None or _allowed(mask, token):
             return token
         req.steered = True
+        # A word the grammar refuses is left for the script's next structural token, when it may come here
+        # (a recipient cut short goes on with its header); else what a model must write to close.
+        ahead = next((j for j in range(k + 1, len(req.script)) if req.script[j] >= SPECIAL), None)
+        if ahead is not None and _allowed(mask, req.script[ahead]):
+            req.skip += ahead - k
+            return req.script[ahead]
         for closer in CLOSERS:
             if _allowed(mask, closer):
                 return closer
