@@ -45,6 +45,7 @@ from ..run.vector_stores import (
     VectorStoreService,
     check_attributes,
     file_object,
+    hybrid_option,
     vector_store_service,
 )
 from .auth import owner_of
@@ -215,8 +216,9 @@ async def list_batch_files(request: Request) -> Response:
 # ---------------------------------------------------------------------------------------------- search
 
 
-def search_options(body: dict[str, Any]) -> tuple[list[str], int, float]:
-    """``query`` (a string or up to 10 strings), ``max_num_results`` (1..50, 10) and the score threshold."""
+def search_options(body: dict[str, Any]) -> tuple[list[str], int, float, tuple[float, float] | None]:
+    """``query`` (a string or up to 10 strings), ``max_num_results`` (1..50, 10), the score threshold and
+    ``ranking_options.hybrid_search``'s weights (as the file_search tool takes them; None: not given)."""
     query = body.get("query")
     queries = [query] if isinstance(query, str) else query
     if not isinstance(queries, list) or not queries or not all(isinstance(q, str) for q in queries):
@@ -246,13 +248,14 @@ def search_options(body: dict[str, Any]) -> tuple[list[str], int, float]:
             param="ranking_options.score_threshold",
             code="invalid_value",
         )
-    return queries, limit, float(threshold)
+    weights = hybrid_option(ranking.get("hybrid_search"), "ranking_options.hybrid_search")
+    return queries, limit, float(threshold), weights
 
 
 async def search(request: Request) -> Response:
     service, record = await _store(request)
     body = await _body(request)
-    queries, limit, threshold = search_options(body)
+    queries, limit, threshold, weights = search_options(body)
     results = await service.search(
         record.owner,
         [record.id],
@@ -260,6 +263,7 @@ async def search(request: Request) -> Response:
         filters=body.get("filters"),
         max_num_results=limit,
         score_threshold=threshold,
+        hybrid=weights,
     )
     return json_response(
         {

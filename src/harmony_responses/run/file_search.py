@@ -3,7 +3,8 @@
 The request's (first) ``file_search`` tool names its ``vector_store_ids``; each must be a vector store of the
 caller's API key, else the response is refused before it starts with the API's 404, naming
 ``tools[i].vector_store_ids`` (another key's store is as unknown as one that does not exist). Its
-``max_num_results`` (default 10), ``filters`` and ``ranking_options.score_threshold`` apply to every
+``max_num_results`` (default 10), ``filters``, ``ranking_options.score_threshold`` and
+``ranking_options.hybrid_search`` (the weights of hybrid ranking, with ``--embeddings``) apply to every
 ``msearch`` of the response, run by ``VectorStoreService.search`` (``vector_stores.py``).
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 from ..errors import APIError
 from ..request import ResponseRequest
 from ..tools.file_search import FileSearchSession
-from .vector_stores import DEFAULT_RESULTS, VectorStoreService
+from .vector_stores import DEFAULT_RESULTS, VectorStoreService, hybrid_option
 
 __all__ = ["file_search_session"]
 
@@ -42,6 +43,7 @@ async def file_search_session(request: ResponseRequest, service: VectorStoreServ
             raise APIError(f"Vector store with id '{store_id}' not found.", status=404, param=param)
     ranking = tool.get("ranking_options") or {}
     threshold = float(ranking.get("score_threshold") or 0.0)
+    weights = hybrid_option(ranking.get("hybrid_search"), f"tools[{index}].ranking_options.hybrid_search")
     limit = tool.get("max_num_results") or DEFAULT_RESULTS
     filters = tool.get("filters")
 
@@ -53,6 +55,7 @@ async def file_search_session(request: ResponseRequest, service: VectorStoreServ
             filters=filters,
             max_num_results=limit,
             score_threshold=threshold,
+            hybrid=weights,
         )
 
     return FileSearchSession(

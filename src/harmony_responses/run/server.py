@@ -40,6 +40,7 @@ from ..store import StoreError
 from ..tokentrace import TraceOptions
 from ..tools.browser import WebSearch
 from ..tools.code_interpreter import ContainerManager
+from ..tools.file_search import Embeddings
 from ..tools.mcp import McpOptions
 from ..translate import response_skeleton, usage_object
 from ..vocab import Vocabulary, load_encoding, load_vocabulary
@@ -76,6 +77,7 @@ class Server:
         web_search: the search backend (None: ``web_search`` is not offered to the model).
         mcp: remote MCP options (allowed hosts, stdio servers, timeout).
         trace: which stored responses keep a per-token trace (``tokentrace``; default: none).
+        embeddings: the ``--embeddings`` server file_search's hybrid ranking embeds with (None: full text).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Server:
         web_search: WebSearch | None,
         mcp: McpOptions,
         trace: TraceOptions | None = None,
+        embeddings: Embeddings | None = None,
     ) -> None:
         assert engines, "a Server needs at least one model"
         self.models = tuple(engines)
@@ -101,6 +104,7 @@ class Server:
         self.web_search = web_search
         self.mcp = mcp
         self.trace = trace if trace is not None and (trace.every or trace.header) else None
+        self.embeddings = embeddings
         self.vocab: Vocabulary | None = None
         self.started_at = int(time.time())
         self.startup_error: Exception | None = None  # why start() failed, for the command line's last word
@@ -143,7 +147,9 @@ class Server:
             self._prompting[id(engine)] = self._bound_context(engine)
         self.containers.start()  # probes the sandbox in the background; warns when code cannot run
         try:
-            await self.stored.start()
+            await self.stored.start(vectors=self.embeddings is not None)
+            if self.embeddings is not None:
+                self._say_retrieval(self.embeddings)
             # Vector stores' upkeep (resumed ingestions, expiry, retention) runs with the store's maintenance.
             upkeep = vector_store_service(self).upkeep
             if upkeep not in self.stored.periodic:
@@ -161,6 +167,20 @@ class Server:
                 await engine.aclose()
             raise
         self.started_at = int(time.time())
+
+    def _say_retrieval(self, embeddings: Embeddings) -> None:
+        """One start-up line: file_search ranks hybrid (and by what), or by full text only, and why."""
+        store = self.stored.store
+        vectors: str | None = getattr(store, "vectors", None)
+        if vectors is not None:
+            logger.info(
+                "file_search: hybrid retrieval, embeddings from %s, vectors in %s", embeddings.describe(), vectors
+            )
+        else:
+            logger.warning(
+                "file_search: full-text retrieval only, --embeddings is not used: %s",
+                getattr(store, "no_vectors", None) or "this store keeps no vectors",
+            )
 
     def _bound_context(self, engine: Engine) -> Prompting:
         """Prompt plus output stay within the context the engine reported: ``--context-window`` may only lower it.
@@ -188,6 +208,8 @@ class Server:
         if ingestions is not None:
             await ingestions.aclose()
         await self.stored.aclose()  # background work still running ends failed, with a reason
+        if self.embeddings is not None:
+            await self.embeddings.aclose()
         if self._ready_probe is not None:
             self._ready_probe.cancel()
         for engine in self._distinct_engines():

@@ -184,10 +184,13 @@ class StoredResponses:
         assert self._store is not None, "StoredResponses.start() has not run"
         return self._store
 
-    async def start(self) -> None:
-        """Raises ``StoreError`` when the store cannot be opened (or its spec names no store)."""
+    async def start(self, *, vectors: bool = False) -> None:
+        """Raises ``StoreError`` when the store cannot be opened (or its spec names no store). ``vectors``: the
+        store is made ready to keep vectors (``Store.use_vectors``: file_search's hybrid ranking)."""
         spec = self._spec
         self._store = store_from_spec(spec, self._data_dir) if isinstance(spec, str) else spec
+        if vectors:
+            self._store.use_vectors()
         pid = os.getpid()
         self.process = ProcessInfo(id=random_id("proc"), host=host_key(), pid=pid, pid_start=pid_start(pid))
         self.writer = Writer(self.store, holder=self.process.id)

@@ -15,11 +15,22 @@ files that pass ``filters`` (run in Python over the files' attributes, ``tools/f
 ranked by each store's full-text ranking (BM25 on SQLite), the best ``max_num_results`` over all queries,
 those under ``score_threshold`` dropped. ``rewrite_query`` is accepted and does nothing: the query is searched
 as written (``search_query`` echoes it), since rewriting would need a model call the caller did not ask for.
+
+Hybrid retrieval (``--embeddings URL``, when the store can rank by vectors: ``store.use_vectors``): ingestion
+embeds a file's chunks (``tools/file_search/_embeddings.py``, in batches, retried) and stores the vectors with
+the chunks; an embedding server still failing after its retries ends the file ``failed`` with
+``server_error`` and the server's answer in ``last_error`` (attach it again to retry), never a 5xx to anyone.
+A search embeds its queries (one request) and fuses, for each query, the full-text ranking and the vector
+ranking of the candidate chunks (``DEPTH`` of each) by reciprocal rank fusion weighted by
+``ranking_options.hybrid_search`` (``tools/file_search/_ranking.py``); a chunk's score is its best over the
+queries. When the embedding server fails a search, that search ranks by full text alone (logged). Files
+ingested before ``--embeddings`` (no vectors) are found by their words only until attached again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -30,6 +41,7 @@ from ..ids import random_id
 from ..store import (
     Chunk,
     FileStore,
+    Hit,
     VectorStoreFile,
     VectorStoreRecord,
     VectorStores,
@@ -40,11 +52,16 @@ from ..store import (
 from ..tools.file_search import (
     MAX_INGEST_BYTES,
     ChunkingError,
+    Embeddings,
+    EmbeddingsError,
     FilterError,
+    HybridError,
     Unsupported,
     check_filter,
     chunk_text,
     extract_text,
+    fuse,
+    hybrid_weights,
     matches,
     parse_chunking,
 )
@@ -63,6 +80,7 @@ MAX_ATTRIBUTES = 16
 MAX_RESULTS = 50
 DEFAULT_RESULTS = 10
 MAX_QUERIES = 10
+DEPTH = 50  # candidates each ranking brings to the fusion, per query
 STATUSES = ("in_progress", "completed", "failed", "cancelled")
 
 
@@ -94,6 +112,15 @@ def check_attributes(value: Any, param: str = "attributes") -> dict[str, Any] | 
                 code="invalid_type",
             )
     return value
+
+
+def hybrid_option(value: Any, param: str) -> tuple[float, float] | None:
+    """``ranking_options.hybrid_search`` as ``(embedding_weight, text_weight)`` (None: not given); a 400 when
+    the weights are not non-negative numbers, or both 0."""
+    try:
+        return hybrid_weights(value, param)
+    except HybridError as exc:
+        raise APIError(str(exc), param=exc.param, code="invalid_value") from None
 
 
 def chunking(value: Any, param: str = "chunking_strategy") -> dict[str, Any]:
@@ -172,6 +199,12 @@ class VectorStoreService:
     @property
     def process_id(self) -> str:
         return self.server.stored.process.id
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        """The embedding server, when there is one and the store can rank by vectors (else None: full text)."""
+        embeddings: Embeddings | None = getattr(self.server, "embeddings", None)
+        return embeddings if embeddings is not None and self.stores.vectors is not None else None
 
     # ------------------------------------------------------------------ objects
 
@@ -392,6 +425,8 @@ class VectorStoreService:
 
     async def _ingest(self, row: VectorStoreFile, holder: str) -> None:
         chunks: list[str] = []
+        vectors: list[list[float]] = []
+        model = ""
         error: dict[str, Any] | None = None
         try:
             record = await self.files.get(row.file_id, row.owner)
@@ -406,8 +441,16 @@ class VectorStoreService:
                 data = b"".join([part async for part in self.files.content(record)])
                 text = await asyncio.to_thread(extract_text, record.filename, record.content_type, data)
                 chunks = await asyncio.to_thread(chunk_text, text, row.chunking)
+                embeddings = self.embeddings
+                if embeddings is not None and chunks:
+                    model = await embeddings.model_name() or ""
+                    vectors = await embeddings.embed(chunks)
         except Unsupported as exc:
             error = {"code": exc.code, "message": str(exc)}
+        except EmbeddingsError as exc:
+            logger.warning("embedding the chunks of %s failed: %s", row.file_id, exc)
+            error = {"code": "server_error", "message": f"The embedding server failed: {exc}"}
+            chunks = []
         except asyncio.CancelledError:
             raise  # the server stops: the row stays in_progress, and the next process resumes it
         except Exception as exc:
@@ -422,6 +465,8 @@ class VectorStoreService:
                 chunks=[Chunk(i, c) for i, c in enumerate(chunks)],
                 usage_bytes=usage,
                 last_error=error,
+                vectors=vectors,
+                model=model,
             )
         except Exception:  # the store failing now: the row's lease lapses with this process, or it is retried
             logger.exception("storing the chunks of %s failed", row.file_id)
@@ -479,8 +524,10 @@ class VectorStoreService:
         filters: dict[str, Any] | None = None,
         max_num_results: int = DEFAULT_RESULTS,
         score_threshold: float = 0.0,
+        hybrid: tuple[float, float] | None = None,
     ) -> list[dict[str, Any]]:
-        """The results (``VectorStoreSearchResponse`` shapes), best first."""
+        """The results (``VectorStoreSearchResponse`` shapes), best first; ``hybrid`` is ``(embedding_weight,
+        text_weight)`` (default 1 and 1), used when there are embeddings."""
         for store_id in store_ids:
             await self.get(store_id, owner)
         if filters is not None:
@@ -490,9 +537,15 @@ class VectorStoreService:
                 raise APIError(str(exc), param=exc.param, code="invalid_value") from None
         candidates = await self.stores.completed_files(store_ids)
         attributes = {(s, f): a for s, f, a in candidates if filters is None or matches(filters, a)}
+        pairs = list(attributes)
+        vectors = await self._query_vectors(queries) if pairs else None
         best: dict[tuple[str, str, int], Any] = {}
-        for query in queries:
-            for hit in await self.stores.search(list(attributes), query_terms(query), max_num_results):
+        for i, query in enumerate(queries):
+            if vectors is None:
+                found = await self.stores.search(pairs, query_terms(query), max_num_results)
+            else:
+                found = await self._hybrid(pairs, query, vectors[0], vectors[1][i], hybrid or (1.0, 1.0))
+            for hit in found:
                 key = (hit.vector_store_id, hit.file_id, hit.position)
                 if key not in best or best[key].score < hit.score:
                     best[key] = hit
@@ -515,6 +568,38 @@ class VectorStoreService:
             }
             for h in hits
         ]
+
+    async def _query_vectors(self, queries: Sequence[str]) -> tuple[str, list[list[float]]] | None:
+        """``(model, one vector per query)``, or None: no embeddings, or the server failed (full text then)."""
+        embeddings = self.embeddings
+        if embeddings is None:
+            return None
+        try:
+            return await embeddings.model_name() or "", await embeddings.embed(list(queries))
+        except EmbeddingsError as exc:
+            logger.warning("embedding a search's queries failed, so it ranks by full text only: %s", exc)
+            return None
+
+    async def _hybrid(
+        self,
+        pairs: list[tuple[str, str]],
+        query: str,
+        model: str,
+        vector: list[float],
+        weights: tuple[float, float],
+    ) -> list[Hit]:
+        """One query's chunks, full-text and vector rankings fused (``score``: the fused score in (0, 1])."""
+        embedding_weight, text_weight = weights
+        text = await self.stores.search(pairs, query_terms(query), DEPTH) if text_weight > 0 else []
+        near = await self.stores.vector_search(pairs, vector, model, DEPTH) if embedding_weight > 0 else []
+        hits = {(h.vector_store_id, h.file_id, h.position): h for h in (*near, *text)}
+        fused = fuse(
+            [
+                (text_weight, [(h.vector_store_id, h.file_id, h.position) for h in text]),
+                (embedding_weight, [(h.vector_store_id, h.file_id, h.position) for h in near]),
+            ]
+        )
+        return [dataclasses.replace(hits[key], score=score) for key, score in fused.items()]  # type: ignore[index]
 
 
 def vector_store_service(server: Server) -> VectorStoreService:

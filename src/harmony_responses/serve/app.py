@@ -18,6 +18,7 @@ from ..run import Prompting, Server, StoredResponses
 from ..tokentrace import TraceOptions
 from ..tools.browser import WebSearch, web_search_from_options
 from ..tools.code_interpreter import ContainerManager
+from ..tools.file_search import Embeddings
 from .config import Config
 from .engines import build_engines
 
@@ -79,6 +80,9 @@ def create_app(
         web_search=web_search if web_search is not None else web_search_from_config(config),
         mcp=config.mcp,
         trace=TraceOptions(every=config.trace, header=config.trace_header, max_bytes=config.trace_max_bytes),
+        embeddings=Embeddings(config.embeddings, config.embeddings_model, api_key=config.embeddings_api_key)
+        if config.embeddings
+        else None,
     )
     return build_app(
         server,

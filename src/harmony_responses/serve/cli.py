@@ -119,6 +119,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         search_api_url=args.search_api_url,
         # A key on the command line would show in ps: environment only.
         search_api_key=os.environ.get(ENV_PREFIX + "SEARCH_API_KEY") or os.environ.get("EXA_API_KEY") or None,
+        embeddings=args.embeddings,
+        embeddings_model=args.embeddings_model,
+        embeddings_api_key=os.environ.get(ENV_PREFIX + "EMBEDDINGS_API_KEY") or None,
     )
 
 

@@ -80,6 +80,8 @@ class Config:
             (``tools/browser``): the backend (``local``, the default when ``search_dir`` is set, or ``exa``),
             the local index's folder and the URL prefix of its documents (None: ``file://``), the online
             backend's address and key. No backend: ``web_search`` tools are accepted but not offered.
+        embeddings, embeddings_model, embeddings_api_key: file_search's hybrid ranking: the ``/v1/embeddings``
+            server (None: full text only), the model name sent to it (None: the first it lists) and its key.
     """
 
     host: str = "127.0.0.1"
@@ -133,6 +135,9 @@ class Config:
     search_base_url: str | None = None
     search_api_url: str | None = None
     search_api_key: str | None = field(default=None, repr=False)
+    embeddings: str | None = None
+    embeddings_model: str | None = None
+    embeddings_api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Tuples, not lists: the value class is frozen and hashable all the way down.

@@ -102,7 +102,7 @@ GROUPS: tuple[Group, ...] = (
     Group("prompt", "what every prompt says, and what answers carry"),
     Group("limits", "what one request or connection may take"),
     Group("state", "where responses and conversations are kept, and the key that seals reasoning"),
-    Group("tools", "the built-in tools: MCP servers, web search, the code interpreter"),
+    Group("tools", "the built-in tools: MCP servers, web search, file search's embeddings, the code interpreter"),
     Group("logging", "what the log says, and in which format"),
 )
 _GROUP_NAMES = tuple(group.name for group in GROUPS)
@@ -587,6 +587,21 @@ OPTIONS: tuple[Option, ...] = (
         group="tools",
         metavar="URL",
         help="address of the online search backend's API (default: the service's own)",
+    ),
+    Option(
+        flag="--embeddings",
+        group="tools",
+        metavar="URL",
+        help="file_search ranks hybrid (vector similarity fused with BM25) with the embeddings of this "
+        "OpenAI-compatible /v1/embeddings server (vLLM, llama-server --embedding, text-embeddings-inference; "
+        "the key, if it needs one, from HARMONY_RESPONSES_EMBEDDINGS_API_KEY); without it, or on a store "
+        "without sqlite-vec or pgvector, full text only",
+    ),
+    Option(
+        flag="--embeddings-model",
+        group="tools",
+        metavar="NAME",
+        help="the model name sent to the --embeddings server (default: the first its /v1/models lists)",
     ),
     Option(
         flag="--code-timeout",

@@ -309,10 +309,18 @@ class Store(abc.ABC):
 
     #: ``sqlite`` or ``postgresql``.
     kind: str
+    #: What ranks file_search's chunks by vectors here ("sqlite-vec v0.1.9"), once ``use_vectors`` found it.
+    vectors: str | None = None
+    #: Why vectors were asked for (``use_vectors``) and cannot be had.
+    no_vectors: str | None = None
 
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for the startup banner (no secrets)."""
+
+    def use_vectors(self) -> None:
+        """Make ready, before ``open``, to keep and compare vectors (file_search's hybrid ranking)."""
+        self.no_vectors = "this store keeps no vectors"
 
     @abc.abstractmethod
     async def open(self) -> None:

@@ -184,6 +184,24 @@ SQLITE: tuple[Migration, ...] = (
             END""",
         ),
     ),
+    # Hybrid retrieval (--embeddings): each chunk's vector as the embedding server gave it, float32
+    # little-endian (sqlite-vec's format, compared by its vec_distance_cosine), with the model and dimension it
+    # came from (a query is compared with vectors of its own model and dimension only). A plain table, so
+    # stores opened without sqlite-vec migrate alike; a chunk deleted takes its vector with it.
+    (
+        9,
+        (
+            """CREATE TABLE chunk_vectors (
+                chunk_id INTEGER PRIMARY KEY,
+                model TEXT NOT NULL,
+                dims INTEGER NOT NULL,
+                data BLOB NOT NULL
+            )""",
+            """CREATE TRIGGER chunk_vectors_removed AFTER DELETE ON chunks BEGIN
+                DELETE FROM chunk_vectors WHERE chunk_id = old.id;
+            END""",
+        ),
+    ),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -344,6 +362,19 @@ POSTGRES: tuple[Migration, ...] = (
             )""",
             "CREATE INDEX chunks_file ON chunks (vector_store_id, file_id, position)",
             "CREATE INDEX chunks_tsv ON chunks USING GIN (tsv)",
+        ),
+    ),
+    # See SQLite's version 9: the vectors as REAL[], which needs no extension (a database without pgvector
+    # migrates alike); with pgvector they are cast to its vector type when searched.
+    (
+        9,
+        (
+            """CREATE TABLE chunk_vectors (
+                chunk_id BIGINT PRIMARY KEY REFERENCES chunks (id) ON DELETE CASCADE,
+                model TEXT NOT NULL,
+                dims INTEGER NOT NULL,
+                data REAL[] NOT NULL
+            )""",
         ),
     ),
 )

@@ -116,9 +116,39 @@ class PostgresStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
         self._pool: Any = None
+        self._want_vectors = False  # ``use_vectors``: pgvector looked for (and created) at ``open``
+        self.vectors: str | None = None  # "pgvector X" when the extension is there
+        self.vector_schema = "public"  # the schema pgvector's type and operators were created in
+        self.no_vectors: str | None = None  # why vectors were asked for and cannot be had
 
     def describe(self) -> str:
         return f"postgresql {_redacted(self.url)}"
+
+    def use_vectors(self) -> None:
+        """At ``open``, make sure of the pgvector extension (``CREATE EXTENSION IF NOT EXISTS vector``, which
+        needs the package on the database's host and the right to create it): ``vectors`` names it when it is
+        there, else ``no_vectors`` says why, and file_search ranks by full text only."""
+        self._want_vectors = True
+
+    async def _find_vectors(self, conn: Any) -> None:
+        import asyncpg
+
+        try:
+            async with conn.transaction():
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except asyncpg.PostgresError as exc:
+            created = f"CREATE EXTENSION vector failed: {exc}"
+        else:
+            created = ""
+        found = await conn.fetchrow(
+            "SELECT e.extversion, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        )
+        if found is not None:
+            self.vectors = f"pgvector {found[0]}"
+            self.vector_schema = found[1]
+        else:
+            self.no_vectors = f"PostgreSQL has no pgvector extension ({created or 'not installed'})"
 
     async def open(self) -> None:
         try:
@@ -144,6 +174,9 @@ class PostgresStore(Store):
                         for statement in statements:
                             await conn.execute(statement)
                         await conn.execute("INSERT INTO schema_migrations VALUES ($1, $2)", version, time.time())
+            if self._want_vectors:
+                async with self._pool.acquire() as conn:
+                    await self._find_vectors(conn)
         except StoreError:
             await self.aclose()
             raise

@@ -47,6 +47,7 @@ from ._base import (
     split_chunks,
 )
 from ._migrations import LATEST, SQLITE
+from ._sqlite_vec import Loader, sqlite_vec_loader
 
 __all__ = ["SQLiteStore"]
 
@@ -119,9 +120,22 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         self._identity: tuple[int, int] | None = None  # the file's (st_dev, st_ino) once open
         self._gone: str | None = None  # why writes are refused for good: the file at path is not ours
+        # sqlite-vec in every connection (``use_vectors``, before ``open``): file_search's vector search.
+        self._load_vectors: Loader | None = None
+        self.vectors: str | None = None  # "sqlite-vec vX" once loaded
+        self.no_vectors: str | None = None  # why vectors were asked for and cannot be had
 
     def describe(self) -> str:
         return f"sqlite {self.path}"
+
+    def use_vectors(self) -> None:
+        """Load sqlite-vec into every connection opened from now on (call before ``open``); ``vectors`` names
+        it when that works, else ``no_vectors`` says why."""
+        loader, found = sqlite_vec_loader()
+        if loader is None:
+            self.no_vectors = found
+        else:
+            self._load_vectors, self.vectors = loader, found
 
     # ------------------------------------------------------------------ connections
 
@@ -130,6 +144,8 @@ class SQLiteStore(Store):
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA synchronous = NORMAL")
+        if self._load_vectors is not None:
+            self._load_vectors(conn)
         with self._lock:
             self._connections.append(conn)
         return conn

@@ -9,6 +9,12 @@ generated ``tsvector`` with the ``english`` configuration and a GIN index, ranke
 are mapped into [0, 1) as ``x / (1 + x)`` of each ranker's raw score (BM25 negated), so that
 ``score_threshold`` means the same on both stores (the same ordering, not the same numbers).
 
+With ``--embeddings`` (version 9): ``chunk_vectors`` keeps each chunk's vector, written with its chunks in the
+transaction that ends the ingestion, and ``vector_search`` ranks the chunks by cosine distance to a query's
+vector, exactly (every candidate chunk compared; no approximate index): sqlite-vec's ``vec_distance_cosine``
+over float32 BLOBs on SQLite, pgvector's ``<=>`` over the ``REAL[]`` column cast to ``vector`` on PostgreSQL.
+Whether the database can is the store's ``vectors`` (``use_vectors``, at open).
+
 Most SQL here is written once for both databases (``?`` placeholders, turned into ``$n`` for PostgreSQL by
 ``_Database``); only the chunk search differs. Owners as everywhere: every read a client reaches takes
 ``owner``.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -410,9 +417,12 @@ class VectorStores:
         chunks: Sequence[Chunk],
         usage_bytes: int,
         last_error: dict[str, Any] | None,
+        vectors: Sequence[Sequence[float]] = (),
+        model: str = "",
     ) -> bool:
-        """End an ingestion held by ``process_id``: its chunks and ``completed``, or ``failed`` with
-        ``last_error``. False (nothing written) when the file was detached, re-attached or taken over since."""
+        """End an ingestion held by ``process_id``: its chunks (and their ``vectors``, one per chunk, from
+        ``model``, when given) and ``completed``, or ``failed`` with ``last_error``. False (nothing written)
+        when the file was detached, re-attached or taken over since."""
         held = (
             "EXISTS (SELECT 1 FROM vector_store_files WHERE vector_store_id = CAST(? AS TEXT) "
             "AND file_id = CAST(? AS TEXT) AND process_id = CAST(? AS TEXT) AND status = 'in_progress')"
@@ -427,6 +437,10 @@ class VectorStores:
                     f"CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS TEXT) WHERE {held}",
                     rows if last_error is None else [],
                 ),
+                # Each vector beside the chunk just inserted (none when the chunks were not, above).
+                Many(self._vector_insert(), self._vector_rows(store_id, file_id, chunks, vectors, model))
+                if vectors and last_error is None
+                else Many("", []),
                 (
                     "UPDATE vector_store_files SET status = ?, last_error = ?, usage_bytes = ?, process_id = NULL "
                     "WHERE vector_store_id = ? AND file_id = ? AND process_id = ? AND status = 'in_progress'",
@@ -441,7 +455,32 @@ class VectorStores:
                 ),
             ]
         )
-        return counts[2] == 1
+        return counts[3] == 1
+
+    def _vector_insert(self) -> str:
+        data = "CAST(? AS REAL[])" if self.db.postgres else "CAST(? AS BLOB)"
+        return (
+            f"INSERT INTO chunk_vectors (chunk_id, model, dims, data) SELECT id, CAST(? AS TEXT), "
+            f"CAST(? AS INTEGER), {data} FROM chunks WHERE vector_store_id = ? AND file_id = ? AND position = ?"
+        )
+
+    def _vector_rows(
+        self,
+        store_id: str,
+        file_id: str,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Sequence[float]],
+        model: str,
+    ) -> list[tuple[Any, ...]]:
+        assert len(vectors) == len(chunks), "one vector per chunk"
+        return [
+            (model, len(v), self._vector_value(v), store_id, file_id, c.position)
+            for c, v in zip(chunks, vectors, strict=True)
+        ]
+
+    def _vector_value(self, vector: Sequence[float]) -> Any:
+        """A vector as the database takes it: a list for ``REAL[]``, float32 little-endian for sqlite-vec."""
+        return list(vector) if self.db.postgres else struct.pack(f"<{len(vector)}f", *vector)
 
     async def stale_ingestions(self, max_age: float) -> list[tuple[VectorStoreFile, str | None]]:
         """In-progress files whose process is gone (no row, or no heartbeat for ``max_age`` seconds), each with
@@ -580,6 +619,48 @@ class VectorStores:
             hits = [Hit(r[0], r[1], r[2], r[3], -float(r[4]) / (1 - float(r[4]))) for r in rows]
         wanted = set(pairs)
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
+
+    @property
+    def vectors(self) -> str | None:
+        """What ranks by vectors in this database ("sqlite-vec v0.1.9", "pgvector 0.8.0"), or None."""
+        return getattr(self.db.store, "vectors", None)
+
+    async def vector_search(
+        self, pairs: Sequence[tuple[str, str]], vector: Sequence[float], model: str, limit: int
+    ) -> list[Hit]:
+        """The ``limit`` chunks of the pairs whose vectors (of ``model``, of ``vector``'s dimension) are nearest
+        to ``vector`` by cosine distance, nearest first; ``score`` is the cosine similarity."""
+        if not pairs or not vector or self.vectors is None:
+            return []
+        stores = sorted({s for s, _ in pairs})
+        files = sorted({f for _, f in pairs})
+        smarks, fmarks = ",".join("?" * len(stores)), ",".join("?" * len(files))
+        if self.db.postgres:
+            schema = '"' + str(getattr(self.db.store, "vector_schema", "public")).replace('"', '""') + '"'
+            distance = (
+                f"CAST(v.data AS {schema}.vector) OPERATOR({schema}.<=>) CAST(CAST(? AS REAL[]) AS {schema}.vector)"
+            )
+        else:
+            distance = "vec_distance_cosine(v.data, ?)"
+        sql = (
+            f"SELECT c.vector_store_id, c.file_id, c.position, c.text, {distance} AS d "
+            "FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
+            f"WHERE v.model = ? AND v.dims = ? AND c.vector_store_id IN ({smarks}) AND c.file_id IN ({fmarks}) "
+            "ORDER BY d, c.vector_store_id, c.file_id, c.position LIMIT ?"
+        )
+        rows = await self.db.fetch(sql, self._vector_value(vector), model, len(vector), *stores, *files, limit * 4)
+        wanted = set(pairs)
+        hits = [Hit(r[0], r[1], r[2], r[3], 1.0 - float(r[4])) for r in rows]
+        return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
+
+    async def vector_counts(self, store_id: str) -> dict[int, int]:
+        """How many chunks of the store have a vector, by dimension."""
+        rows = await self.db.fetch(
+            "SELECT v.dims, count(*) FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
+            "WHERE c.vector_store_id = ? GROUP BY v.dims",
+            store_id,
+        )
+        return {int(r[0]): int(r[1]) for r in rows}
 
 
 def vector_stores_of(store: Store) -> VectorStores:

@@ -1,0 +1,177 @@
+"""Hybrid retrieval (``--embeddings``) through the real server and the ``openai`` client, with a real HTTP
+embeddings server (``embeddings_server.py``: concept vectors, so a paraphrase sharing no word is near its text).
+
+On SQLite the vectors are kept and compared by sqlite-vec; on PostgreSQL by pgvector when the database has it,
+and otherwise the server says at start-up that it ranks by full text only, and does (no embedding asked for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from api.helpers import ANSWER, MODEL, openai_client
+from harmony_responses.store import store_from_spec, vector_stores_of
+from harmony_responses.tools.file_search import _embeddings
+
+from .conftest import Serve
+from .embeddings_server import DIMENSIONS, EmbeddingsServer
+from .embeddings_server import MODEL as EMBEDDING_MODEL
+
+DOCS = {
+    "car.txt": b"Changing the oil of a car every 5000 miles keeps its motor healthy for years.",
+    "otters.md": b"# Otters\n\nSea otters hold hands while they sleep so that they do not drift apart.",
+    "volcano.txt": b"Mount Etna is an active stratovolcano on the east coast of Sicily.",
+}
+PARAPHRASE = "automobile lubricant"  # no word of car.txt (nor of its stems): only its vector is near
+
+
+@pytest.fixture
+def embeddings() -> Iterator[EmbeddingsServer]:
+    server = EmbeddingsServer()
+    yield server
+    server.close()
+
+
+def _upload(client: openai.OpenAI, docs: dict[str, bytes]) -> tuple[str, dict[str, str]]:
+    store = client.vector_stores.create(name="notes")
+    ids = {}
+    for name, data in docs.items():
+        done = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=(name, data), poll_interval_ms=20
+        )
+        assert done.status == "completed", (name, done.last_error)
+        ids[name] = done.id
+    return store.id, ids
+
+
+def _search(client: openai.OpenAI, store_id: str, query: str | list[str], **options: Any) -> list[Any]:
+    return list(client.vector_stores.search(store_id, query=query, **options))
+
+
+def _vectors(live: Any) -> str | None:
+    return live.app.state.server.stored.store.vectors
+
+
+def _counts(store_spec: str, store_id: str) -> dict[int, int]:
+    """The store's vectors by dimension, read through a store of its own on the same database."""
+
+    async def read() -> dict[int, int]:
+        store = store_from_spec(store_spec)
+        await store.open()
+        try:
+            return await vector_stores_of(store).vector_counts(store_id)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(read())
+
+
+def test_a_paraphrase_is_found_by_its_vector(
+    serve: Serve, embeddings: EmbeddingsServer, caplog: pytest.LogCaptureFixture, store_spec: str
+) -> None:
+    with caplog.at_level(logging.INFO, logger="harmony_responses.run"):
+        live = serve([ANSWER], embeddings=embeddings.url)
+    said = [r.getMessage() for r in caplog.records if "file_search:" in r.getMessage()]
+    client = openai_client(live)
+    store_id, ids = _upload(client, DOCS)
+    if _vectors(live) is None:
+        # PostgreSQL without pgvector: said once at start-up, and full text only (nothing embedded).
+        assert store_spec.startswith("postgres")
+        assert len(said) == 1 and "full-text retrieval only" in said[0] and "pgvector" in said[0], said
+        assert _search(client, store_id, PARAPHRASE) == []
+        assert [r.file_id for r in _search(client, store_id, "engine oil")] == [ids["car.txt"]]
+        assert embeddings.requests == []
+        return
+    assert len(said) == 1 and "hybrid retrieval" in said[0] and embeddings.url in said[0], said
+    assert ("sqlite-vec" if store_spec.startswith("sqlite") else "pgvector") in said[0]
+    # Ingestion embedded each file's chunk, with the model the server lists; the query was embedded alone.
+    ingested = embeddings.inputs()
+    assert sorted(ingested) == sorted(d.decode() for d in DOCS.values())
+    assert {body.get("model") for body in embeddings.requests} == {EMBEDDING_MODEL}
+    found = _search(client, store_id, PARAPHRASE)
+    assert embeddings.requests[-1]["input"] == [PARAPHRASE]
+    assert found[0].file_id == ids["car.txt"] and "oil" in found[0].content[0].text
+    assert 0 < found[0].score <= 1
+    # Its vector's rank alone (first of the vector ranking, nowhere in the full-text one): half the best score.
+    assert found[0].score == pytest.approx(0.5, abs=1e-6)
+    # Full text alone (the embedding weighed 0) does not find it; the embedding alone does, first.
+    text_only = {"hybrid_search": {"embedding_weight": 0, "text_weight": 1}}
+    assert _search(client, store_id, PARAPHRASE, extra_body={"ranking_options": text_only}) == []
+    vector_only = {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}
+    alone = _search(client, store_id, PARAPHRASE, extra_body={"ranking_options": vector_only})
+    assert alone[0].file_id == ids["car.txt"] and alone[0].score == pytest.approx(1.0)
+    # A chunk first by both rankings scores 1; score_threshold keeps only such.
+    both = _search(client, store_id, "otters", ranking_options={"score_threshold": 0.6})
+    assert [r.file_id for r in both] == [ids["otters.md"]] and both[0].score == pytest.approx(1.0)
+    # Every chunk has its vector, of the server's dimension.
+    assert _counts(store_spec, store_id) == {DIMENSIONS: 3}
+    # A file detached takes its vectors with it.
+    client.vector_stores.files.delete(ids["car.txt"], vector_store_id=store_id)
+    assert _counts(store_spec, store_id) == {DIMENSIONS: 2}
+    assert [r.file_id for r in _search(client, store_id, PARAPHRASE)] != [ids["car.txt"]]
+
+
+@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+def test_an_embedding_server_down_fails_the_file_and_searches_by_text(
+    serve: Serve, embeddings: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_embeddings, "RETRY_DELAYS", (0.01,))
+    live = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(live)
+    store_id, ids = _upload(client, {"otters.md": DOCS["otters.md"]})
+    embeddings.fail = True
+    before = len(embeddings.requests)
+    failed = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store_id, file=("car.txt", DOCS["car.txt"]), poll_interval_ms=20
+    )
+    assert failed.status == "failed" and failed.last_error is not None
+    assert failed.last_error.code == "server_error"
+    assert "embedding server failed" in failed.last_error.message and "500" in failed.last_error.message
+    assert len(embeddings.requests) == before + 2  # tried, then once again after RETRY_DELAYS[0]
+    # A search while it is down ranks by full text (a 200, not a 5xx).
+    found = _search(client, store_id, "otters sleep")
+    assert [r.file_id for r in found] == [ids["otters.md"]]
+    assert embeddings.requests[-1]["input"] == ["otters sleep"]
+    # Back up: the file attached again is ingested with its vectors.
+    embeddings.fail = False
+    again = client.vector_stores.files.create_and_poll(vector_store_id=store_id, file_id=failed.id, poll_interval_ms=20)
+    assert again.status == "completed"
+    assert _search(client, store_id, PARAPHRASE)[0].file_id == failed.id
+
+
+@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+def test_hybrid_weights_are_checked(serve: Serve, embeddings: EmbeddingsServer) -> None:
+    live = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(live)
+    store_id, _ = _upload(client, {"otters.md": DOCS["otters.md"]})
+    for weights, param in (
+        ({"embedding_weight": -1, "text_weight": 1}, "ranking_options.hybrid_search.embedding_weight"),
+        ({"embedding_weight": 0, "text_weight": 0}, "ranking_options.hybrid_search"),
+        ({"embedding_weight": 1}, "ranking_options.hybrid_search.text_weight"),
+    ):
+        with pytest.raises(openai.BadRequestError) as caught:
+            _search(client, store_id, "otters", extra_body={"ranking_options": {"hybrid_search": weights}})
+        assert caught.value.body["param"] == param  # type: ignore[index]
+    tool = {
+        "type": "file_search",
+        "vector_store_ids": [store_id],
+        "ranking_options": {"hybrid_search": {"embedding_weight": "a lot", "text_weight": 1}},
+    }
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input="otters?", tools=[tool])  # type: ignore[list-item]
+    assert caught.value.body["param"] == "tools[0].ranking_options.hybrid_search.embedding_weight"  # type: ignore[index]
+
+
+def test_without_embeddings_nothing_is_embedded_or_vectored(serve: Serve) -> None:
+    live = serve([ANSWER])
+    client = openai_client(live)
+    store_id, ids = _upload(client, DOCS)
+    assert _vectors(live) is None
+    assert _search(client, store_id, PARAPHRASE) == []
+    assert [r.file_id for r in _search(client, store_id, "otters")] == [ids["otters.md"]]
