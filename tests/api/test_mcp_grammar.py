@@ -52,3 +52,14 @@ def test_an_mcp_tools_arguments_are_held_to_its_listed_input_schema(
     assert schema["properties"] == listed["add"]["properties"] and schema["additionalProperties"] is False
     assert "additionalProperties" not in listed["add"]  # closed here: a subset of what the server accepts
     assert {f"calc.{name}" for name in listed} <= set(first)
+
+
+def test_constrain_function_arguments_off_holds_no_mcp_tool(
+    serve: Serve,  # noqa: F811
+    mcp_server: McpServerProcess,  # noqa: F811
+) -> None:
+    # An MCP server promises no strict schema: like a non-strict function's, its tools' calls are free.
+    engine = Grammars([ADD, ANSWER])
+    live = serve(engine.engine, constrain_function_arguments="off")
+    stream(live, {"input": "What is 2 + 3?", "tools": [calc(mcp_server.url)]})
+    assert not any(name.startswith("calc.") for name in engine.grammars[0])

@@ -130,7 +130,9 @@ def _closed(schema: Any) -> Any:
 def _mcp_grammars(tool: dict[str, Any], mode: str) -> list[ToolGrammar]:
     """An MCP server's listed tools (``_mcp_tools``, from ``_prepare_mcp``): each held to its ``inputSchema``
     where a grammar can hold it (its optional properties may be left out, in declared order), else as
-    ``mode`` holds a non-strict function."""
+    ``mode`` holds a non-strict function; nothing under ``off`` (an MCP tool promises no strict schema)."""
+    if mode == "off":
+        return []
     label, out = tool.get("server_label"), []
     for entry in tool.get("_mcp_tools") or ():
         name = entry.get("name") if isinstance(entry, dict) else None
