@@ -1,0 +1,210 @@
+"""What file_search costs: ingestion throughput (chunks/s, MB/s) and search latency p50/p99 at 10k and 100k chunks.
+
+Run: ``python bench/file_search_bench.py`` (``--chunks 10000,100000``, ``--stores sqlite,postgresql``); PostgreSQL
+from ``HARMONY_TEST_POSTGRES_URL`` or ``scripts/postgres``, a fresh schema each run, and skipped (said so) when
+neither gives one.
+
+For each store a server runs as a subprocess. Synthetic text — words made of syllables, drawn with Zipf
+frequencies from a 20,000-word vocabulary (seeded, so every run ingests the same bytes) — goes up as ``.txt``
+files of about 100 chunks each with the openai client, attached with ``file_batches`` under a static
+strategy of 200-token chunks without overlap (so that 100k chunks is 20M tokens, not the 40M of ``auto``'s
+800/400), until the vector store holds each size in turn. Ingestion is timed from the first batch's
+creation to the last file's ``completed`` (extracting, tokenizing, chunking and writing chunks and the
+full-text index; uploads are timed apart). At each size, QUERIES searches of 2–4 words (mid-frequency
+words, as people search) run one at a time for 10 results, after WARMUP unmeasured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import random
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from openai import OpenAI
+
+from harmony_responses.tools.file_search import chunk_text
+from server_bench import BIN, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+STRATEGY = {"type": "static", "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 0}}
+WORDS_PER_FILE = 12_000  # about 100 chunks of 200 tokens
+QUERIES = 300
+WARMUP = 20
+SYLLABLES = "ka to ri mu sen lo va pe di ro na el or an is qu th ch st ba".split()
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    words = {"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(30_000)}
+    return sorted(words)[:20_000]
+
+
+def synthetic_file(rng: random.Random, words: list[str], weights: list[float]) -> bytes:
+    """One file's text: paragraphs of 120 words, drawn with the cumulative Zipf ``weights``."""
+    paragraphs = (" ".join(rng.choices(words, cum_weights=weights, k=120)) + "." for _ in range(WORDS_PER_FILE // 120))
+    return "\n\n".join(paragraphs).encode()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def postgres_url() -> str | None:
+    url = os.environ.get("HARMONY_TEST_POSTGRES_URL")
+    if url:
+        return url
+    result = subprocess.run([str(ROOT / "scripts" / "postgres")], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        print(f"PostgreSQL skipped: scripts/postgres failed: {result.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return result.stdout.strip().splitlines()[-1]
+
+
+async def _schema(url: str, sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    argv = [str(BIN / "harmony-responses"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*argv, "--store", store, "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc, f"http://127.0.0.1:{port}/v1"
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.terminate()
+    raise RuntimeError("server did not become healthy")
+
+
+def run_store(store: str, sizes: list[int]) -> list[dict[str, float]]:
+    rng = random.Random(27)
+    words = vocabulary(rng)
+    weights = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(words))))
+    proc, base_url = serve(store)
+    client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
+    results: list[dict[str, float]] = []
+    try:
+        vector_store = client.vector_stores.create(name="file-search-bench").id
+        held = 0
+        for size in sizes:
+            texts: list[bytes] = []
+            chunks = 0
+            while held + chunks < size:
+                text = synthetic_file(rng, words, weights)
+                texts.append(text)
+                chunks += len(chunk_text(text.decode(), STRATEGY))
+            started = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                ids = list(
+                    pool.map(
+                        lambda t: client.files.create(file=("synthetic.txt", t, "text/plain"), purpose="assistants").id,
+                        texts,
+                    )
+                )
+            uploaded = time.monotonic() - started
+            started = time.monotonic()
+            batch_ids = [
+                client.vector_stores.file_batches.create(
+                    vector_store_id=vector_store, file_ids=ids[i : i + 500], chunking_strategy=STRATEGY
+                ).id
+                for i in range(0, len(ids), 500)
+            ]
+            for batch_id in batch_ids:
+                while True:
+                    batch = client.vector_stores.file_batches.retrieve(batch_id, vector_store_id=vector_store)
+                    if batch.status != "in_progress":
+                        break
+                    time.sleep(0.2)
+                if batch.file_counts.completed != batch.file_counts.total:
+                    raise RuntimeError(f"ingestion: {batch.file_counts}")
+            ingested = time.monotonic() - started
+            held += chunks
+            megabytes = sum(map(len, texts)) / 1e6
+            middle = words[200:5000]  # neither stop-word frequent nor seen once
+            latencies = []
+            for i in range(WARMUP + QUERIES):
+                query = " ".join(rng.sample(middle, rng.randint(2, 4)))
+                t0 = time.perf_counter()
+                page = client.vector_stores.search(vector_store, query=query, max_num_results=10)
+                elapsed = time.perf_counter() - t0
+                if not page.data:
+                    raise RuntimeError(f"no result for {query!r}")
+                if i >= WARMUP:
+                    latencies.append(elapsed * 1000)
+            results.append(
+                {
+                    "chunks": held,
+                    "added": chunks,
+                    "mb": megabytes,
+                    "upload_mb_s": megabytes / uploaded,
+                    "chunks_s": chunks / ingested,
+                    "mb_s": megabytes / ingested,
+                    "p50": percentile(latencies, 0.5),
+                    "p99": percentile(latencies, 0.99),
+                }
+            )
+            row = results[-1]
+            print(
+                f"  {held:>7} chunks (+{chunks} in {len(texts)} files, {megabytes:.1f} MB): upload "
+                f"{row['upload_mb_s']:.1f} MB/s; ingest {row['chunks_s']:.0f} chunks/s, {row['mb_s']:.2f} MB/s; "
+                f"search p50 {row['p50']:.1f} ms, p99 {row['p99']:.1f} ms",
+                flush=True,
+            )
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", default="10000,100000", help="store sizes, comma-separated (default: %(default)s)")
+    parser.add_argument("--stores", default="sqlite,postgresql", help="default: %(default)s")
+    args = parser.parse_args()
+    sizes = sorted(int(n) for n in args.chunks.split(","))
+    for kind in args.stores.split(","):
+        if kind == "sqlite":
+            with tempfile.TemporaryDirectory(prefix="file-search-bench-") as workdir:
+                print(f"sqlite ({os.cpu_count()} cores):", flush=True)
+                run_store(f"sqlite:{Path(workdir) / 'store.sqlite3'}", sizes)
+        elif kind == "postgresql":
+            url = postgres_url()
+            if url is None:
+                continue
+            schema = f"bench_{secrets.token_hex(4)}"
+            asyncio.run(_schema(url, f"CREATE SCHEMA {schema}"))
+            try:
+                print("postgresql:", flush=True)
+                run_store(f"{url}?search_path={schema}", sizes)
+            finally:
+                asyncio.run(_schema(url, f"DROP SCHEMA {schema} CASCADE"))
+        else:
+            sys.exit(f"unknown store {kind!r}: sqlite or postgresql")
+
+
+if __name__ == "__main__":
+    main()
