@@ -7,8 +7,10 @@ and otherwise the server says at start-up that it ranks by full text only, and d
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
+import shlex
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +18,10 @@ import openai
 import pytest
 
 from api.helpers import ANSWER, MODEL, openai_client
+from guide import ROOT, blocks
+from harmony_responses.serve.cli import add_serve_arguments, config_from_args
 from harmony_responses.store import store_from_spec, vector_stores_of
-from harmony_responses.tools.file_search import _embeddings
+from harmony_responses.tools.file_search import Embeddings, _embeddings
 
 from .conftest import Serve
 from .embeddings_server import DIMENSIONS, EmbeddingsServer
@@ -175,3 +179,23 @@ def test_without_embeddings_nothing_is_embedded_or_vectored(serve: Serve) -> Non
     assert _vectors(live) is None
     assert _search(client, store_id, PARAPHRASE) == []
     assert [r.file_id for r in _search(client, store_id, "otters")] == [ids["otters.md"]]
+
+
+def test_the_guide_s_embedding_server_recipe_is_what_the_tier_runs() -> None:
+    [recipe] = [text for _, text, mark in blocks("tools/file-search.md") if mark == "embeddings_server"]
+    engine_line, ours_line = recipe.strip().splitlines()
+    engine, ours = shlex.split(engine_line), shlex.split(ours_line)
+    assert engine[0] == "llama-server" and ours[0] == "scripts/serve"
+    # Every flag of the llama-server command is one the real-engine tier runs it with (its conftest's or its
+    # embedding test's), with the same value.
+    tier = (ROOT / "tests/real_engines/llamacpp/conftest.py").read_text()
+    test = (ROOT / "tests/real_engines/llamacpp/test_embeddings.py").read_text()
+    assert '"--embedding", "--pooling", "mean"' in test
+    flags = {word for word in engine if word.startswith("-")}
+    assert all(f'"{flag}"' in tier + test for flag in flags), flags
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    config = config_from_args(parser.parse_args(ours[1:]))
+    port = engine[engine.index("--port") + 1]
+    assert config.embeddings == f"http://127.0.0.1:{port}" and config.embeddings_model is None
+    assert Embeddings(config.embeddings).url == f"http://127.0.0.1:{port}/v1/embeddings"
