@@ -202,6 +202,8 @@ def run_scripted_scheduler(
                 "stream": recv_req.stream,
                 "cached_tokens": req.cached_tokens,
                 "grammar": grammar,
+                # What SGLang's HTTP server and tokenizer manager hand the scheduler of a request's priority.
+                "priority": getattr(recv_req, "priority", None),
             }
         )
         running[recv_req.rid] = _Running(
