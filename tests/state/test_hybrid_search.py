@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import shlex
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -199,3 +200,60 @@ def test_the_guide_s_embedding_server_recipe_is_what_the_tier_runs() -> None:
     port = engine[engine.index("--port") + 1]
     assert config.embeddings == f"http://127.0.0.1:{port}" and config.embeddings_model is None
     assert Embeddings(config.embeddings).url == f"http://127.0.0.1:{port}/v1/embeddings"
+
+
+def test_a_response_s_file_search_ranks_hybrid_with_the_tool_s_weights(
+    serve: Serve, embeddings: EmbeddingsServer
+) -> None:
+    search = (
+        "<|channel|>analysis<|message|>Search.<|end|><|start|>assistant<|channel|>analysis to=file_search.msearch "
+        f'code<|message|>{{"queries": ["{PARAPHRASE}"]}}<|call|>'
+    )
+    answer = "<|channel|>final<|message|>Every 5000 miles【0:0†car.txt】.<|return|>"
+    live = serve([search, answer], embeddings=embeddings.url)
+    client = openai_client(live)
+    store_id, ids = _upload(client, DOCS)
+    vectors_only = {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}
+    response = client.responses.create(
+        model=MODEL,
+        input="How often should the automobile get new lubricant?",
+        tools=[{"type": "file_search", "vector_store_ids": [store_id], "ranking_options": vectors_only}],
+        include=["file_search_call.results"],
+    )
+    assert response.status == "completed", response.error
+    call = next(item for item in response.output if item.type == "file_search_call")
+    assert call.queries == [PARAPHRASE] and call.results is not None
+    if _vectors(live) is None:  # PostgreSQL without pgvector: full text, which finds nothing here
+        assert call.results == []
+        return
+    assert call.results[0].file_id == ids["car.txt"] and call.results[0].score == pytest.approx(1.0)
+    message = response.output[-1]
+    assert message.type == "message"
+    assert [(a.type, a.file_id) for a in message.content[0].annotations] == [("file_citation", ids["car.txt"])]
+
+
+@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+def test_a_store_from_before_vectors_opens_with_embeddings(
+    serve: Serve, embeddings: EmbeddingsServer, store_spec: str
+) -> None:
+    # A store as schema version 8 left it (no chunk_vectors), its file ingested without embeddings.
+    before = serve([ANSWER])
+    client = openai_client(before)
+    store_id, ids = _upload(client, {"car.txt": DOCS["car.txt"]})
+    before.stop()
+    with sqlite3.connect(store_spec.partition(":")[2]) as conn:
+        conn.execute("DROP TRIGGER chunk_vectors_removed")
+        conn.execute("DROP TABLE chunk_vectors")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 9")
+    after = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(after)
+    assert _vectors(after) is not None
+    # The old file is found by its words (it has no vector), not by a paraphrase; a new one by both.
+    assert [r.file_id for r in _search(client, store_id, "car oil")] == [ids["car.txt"]]
+    assert _search(client, store_id, PARAPHRASE) == []
+    done = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store_id, file=("car2.txt", DOCS["car.txt"]), poll_interval_ms=20
+    )
+    assert done.status == "completed"
+    assert [r.file_id for r in _search(client, store_id, PARAPHRASE)] == [done.id]
+    assert _counts(store_spec, store_id) == {DIMENSIONS: 1}

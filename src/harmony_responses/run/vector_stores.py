@@ -425,7 +425,7 @@ class VectorStoreService:
 
     async def _ingest(self, row: VectorStoreFile, holder: str) -> None:
         chunks: list[str] = []
-        vectors: list[list[float]] = []
+        vectors: Sequence[Sequence[float]] = []
         model = ""
         error: dict[str, Any] | None = None
         try:
@@ -569,7 +569,7 @@ class VectorStoreService:
             for h in hits
         ]
 
-    async def _query_vectors(self, queries: Sequence[str]) -> tuple[str, list[list[float]]] | None:
+    async def _query_vectors(self, queries: Sequence[str]) -> tuple[str, Sequence[Sequence[float]]] | None:
         """``(model, one vector per query)``, or None: no embeddings, or the server failed (full text then)."""
         embeddings = self.embeddings
         if embeddings is None:
@@ -585,7 +585,7 @@ class VectorStoreService:
         pairs: list[tuple[str, str]],
         query: str,
         model: str,
-        vector: list[float],
+        vector: Sequence[float],
         weights: tuple[float, float],
     ) -> list[Hit]:
         """One query's chunks, full-text and vector rankings fused (``score``: the fused score in (0, 1])."""

@@ -25,7 +25,9 @@ from __future__ import annotations
 import re
 import sqlite3
 import struct
+import sys
 import time
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -480,7 +482,11 @@ class VectorStores:
 
     def _vector_value(self, vector: Sequence[float]) -> Any:
         """A vector as the database takes it: a list for ``REAL[]``, float32 little-endian for sqlite-vec."""
-        return list(vector) if self.db.postgres else struct.pack(f"<{len(vector)}f", *vector)
+        if self.db.postgres:
+            return list(vector)
+        if isinstance(vector, array) and vector.typecode == "f" and sys.byteorder == "little":
+            return vector.tobytes()
+        return struct.pack(f"<{len(vector)}f", *vector)
 
     async def stale_ingestions(self, max_age: float) -> list[tuple[VectorStoreFile, str | None]]:
         """In-progress files whose process is gone (no row, or no heartbeat for ``max_age`` seconds), each with

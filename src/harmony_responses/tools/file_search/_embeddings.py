@@ -3,8 +3,10 @@
 Any server that answers ``POST /v1/embeddings`` with ``{"input": [...], "model": ...}`` → ``{"data":
 [{"index", "embedding"}]}`` will do: vLLM (``--task embed``), llama.cpp's ``llama-server --embedding``, Hugging
 Face's text-embeddings-inference. Chunks are sent ``BATCH`` at a time; the answer's vectors are put back in
-the order of the inputs by their ``index``. The model sent is ``--embeddings-model``, else the first model the
-server's ``/v1/models`` lists (llama.cpp and TEI ignore it; vLLM wants the name it serves).
+the order of the inputs by their ``index`` and kept as float32 arrays (a file of 10,000 chunks of 1,024
+dimensions holds 40 MB of them until it is stored, not the 250 MB of Python floats). The model sent is
+``--embeddings-model``, else the first model the server's ``/v1/models`` lists (llama.cpp and TEI ignore it;
+vLLM wants the name it serves); a server that lists none, or has no ``/v1/models``, is sent no model.
 
 A failure (the server unreachable, an HTTP error, an answer that is not vectors of one dimension) is
 ``EmbeddingsError``. ``embed`` tries a request ``len(RETRY_DELAYS) + 1`` times, waiting those delays between
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,18 +84,21 @@ class Embeddings:
                     answer.raise_for_status()
                     listed = answer.json().get("data") or []
                     self.model = str(listed[0]["id"]) if listed else ""
-                except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                except httpx.TransportError as exc:  # not up yet: asked again next time
                     raise EmbeddingsError(f"{models_url}: {type(exc).__name__}: {exc}") from None
+                except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                    logger.info("the embedding server lists no model (%s): none is sent", exc)
+                    self.model = ""
         return self.model or None
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order, ``BATCH`` texts per request; raises ``EmbeddingsError``."""
-        vectors: list[list[float]] = []
+    async def embed(self, texts: Sequence[str]) -> list[array[float]]:
+        """One vector per text (float32), in order, ``BATCH`` texts per request; raises ``EmbeddingsError``."""
+        vectors: list[array[float]] = []
         for start in range(0, len(texts), BATCH):
             vectors.extend(await self._batch(list(texts[start : start + BATCH])))
         return vectors
 
-    async def _batch(self, texts: list[str]) -> list[list[float]]:
+    async def _batch(self, texts: list[str]) -> list[array[float]]:
         failure = ""
         for delay in (*RETRY_DELAYS, None):
             try:
@@ -105,7 +111,7 @@ class Embeddings:
             await asyncio.sleep(delay)
         raise EmbeddingsError(failure)
 
-    async def _request(self, texts: list[str]) -> list[list[float]]:
+    async def _request(self, texts: list[str]) -> list[array[float]]:
         body: dict[str, Any] = {"input": texts, "encoding_format": "float"}
         model = await self.model_name()
         if model:
@@ -119,8 +125,8 @@ class Embeddings:
         try:
             data = answer.json()["data"]
             ordered = sorted(data, key=lambda d: int(d.get("index", 0)))
-            vectors = [[float(x) for x in d["embedding"]] for d in ordered]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            vectors = [array("f", d["embedding"]) for d in ordered]
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise EmbeddingsError(f"{self.url} answered no embeddings: {type(exc).__name__}: {exc}") from None
         if len(vectors) != len(texts):
             raise EmbeddingsError(f"{self.url} answered {len(vectors)} embeddings for {len(texts)} inputs")
