@@ -13,8 +13,9 @@ bench reads a copy the caller already has and downloads nothing.
 A server runs as a subprocess (``--store`` as given, else a SQLite file in a temporary folder); every
 document is uploaded as one ``.txt`` file (title, a blank line, text) through ``/v1/files`` with the openai
 client, attached with ``file_batches`` (default ``auto`` chunking) and waited for; each query is a
-``vector_stores.search`` for 50 chunks, ranked to documents by their best chunk. ``--embeddings URL`` starts
-the server with that embedding engine too (hybrid ranking), for servers that have the option.
+``vector_stores.search`` for 50 chunks, ranked to documents by their best chunk. ``--embeddings URL`` runs it
+again on a server given that embedding engine (hybrid ranking); ``bench/_wordllama_embeddings.py`` serves the
+one small embedding model a package ships with its weights.
 
 Beside ours the bench prints a reference BM25 computed here over whole documents (Okapi BM25, k1=0.9,
 b=0.4 — Anserini's defaults — on lower-cased words, no stemming), so that a gap between the two says what
@@ -29,6 +30,7 @@ import concurrent.futures
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import openai
 from openai import OpenAI
 
 from server_bench import BIN, free_port
@@ -137,12 +140,14 @@ def server_runs(docs: Docs, queries: dict[str, str], store: str | None, embeddin
     argv += ["--store", store or f"sqlite:{workdir / 'store.sqlite3'}", "--log-level", "warning"]
     if embeddings:
         argv += ["--embeddings", embeddings]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = (workdir / "server.log").open("wb")
+    ok = False
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + 30
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"server exited with {proc.returncode}: see {workdir / 'server.log'}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     break
@@ -174,7 +179,10 @@ def server_runs(docs: Docs, queries: dict[str, str], store: str | None, embeddin
         def search(item: tuple[str, str]) -> tuple[str, list[str], float]:
             q, text = item
             t0 = time.monotonic()
-            page = client.vector_stores.search(store_id, query=text, max_num_results=CANDIDATES)
+            try:
+                page = client.vector_stores.search(store_id, query=text, max_num_results=CANDIDATES)
+            except openai.APIStatusError as exc:
+                raise RuntimeError(f"query {q} ({text!r}): {exc} (the server's log: {workdir}/server.log)") from None
             ranked = list(dict.fromkeys(doc_of[hit.file_id] for hit in page.data))
             return q, ranked[:10], time.monotonic() - t0
 
@@ -183,10 +191,14 @@ def server_runs(docs: Docs, queries: dict[str, str], store: str | None, embeddin
         client.close()
         latencies = sorted(t for _, _, t in found)
         timing = {"ingest_s": ingested, "search_p50_ms": 1000 * latencies[len(latencies) // 2]}
+        ok = True  # the folder (store, server log) is removed; after a failure it stays, to be read
         return {q: ranked for q, ranked, _ in found}, timing
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log.close()
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def score(runs: dict[str, list[str]], qrels: Qrels) -> tuple[float, float]:
