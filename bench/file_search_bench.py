@@ -6,7 +6,7 @@ neither gives one.
 
 For each store a server runs as a subprocess. Synthetic text — words made of syllables, drawn with Zipf
 frequencies from a 20,000-word vocabulary (seeded, so every run ingests the same bytes) — goes up as ``.txt``
-files of about 100 chunks each with the openai client, attached with ``file_batches`` under a static
+files of about 160 chunks each with the openai client, attached with ``file_batches`` under a static
 strategy of 200-token chunks without overlap (so that 100k chunks is 20M tokens, not the 40M of ``auto``'s
 800/400), until the vector store holds each size in turn. Ingestion is timed from the first batch's
 creation to the last file's ``completed`` (extracting, tokenizing, chunking and writing chunks and the
@@ -37,7 +37,7 @@ from server_bench import BIN, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGY = {"type": "static", "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 0}}
-WORDS_PER_FILE = 12_000  # about 100 chunks of 200 tokens
+WORDS_PER_FILE = 12_000  # about 160 chunks of 200 tokens (the syllable words are 2-3 tokens)
 QUERIES = 300
 WARMUP = 20
 SYLLABLES = "ka to ri mu sen lo va pe di ro na el or an is qu th ch st ba".split()
