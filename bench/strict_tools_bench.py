@@ -16,6 +16,9 @@ function tools of Codex's size (a dozen properties each: strings, enums, integer
    ``/v1/completions`` request of 30 tokens with the tools' structural tag, the first time a tag is seen
    (xgrammar compiles it in vLLM's process) and again (vLLM's compiled-grammar cache), against the same
    request unconstrained. The difference is xgrammar's compile plus its masking in vLLM's scheduler.
+4. SGLang (when ``SGLANG_PYTHON`` and ``SGLANG_MODEL`` are set): SGLang's own server and grammar backend
+   compiling each tool list's structural tag, timed in the tier's scripted scheduler (which stands in for
+   SGLang's, so SGLang's compiled-grammar cache is not in the path: every compile is a first one).
 """
 
 from __future__ import annotations
@@ -200,7 +203,45 @@ def vllm() -> None:
         server.stop()
 
 
+def sglang() -> None:
+    if not os.environ.get("SGLANG_PYTHON") or not os.environ.get("SGLANG_MODEL"):
+        print("4. SGLang: skipped (run `export $(scripts/engines/sglang | xargs)` first)")
+        return
+    import tempfile
+
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from real_engines.gateway import wait_http
+    from real_engines.sglang.conftest import _start_sglang
+    from real_engines.tiny_model import harmony_ids
+
+    server = _start_sglang(Path(tempfile.mkdtemp(prefix="strict-bench-sglang-")))
+    assert server.process is not None
+    prompt = harmony_ids("<|start|>user<|message|>What is the weather in Paris?<|end|><|start|>assistant")
+    print("4. SGLang: xgrammar's compile of the tools' structural tag by SGLang's grammar backend, ms (medians)")
+    try:
+        wait_http(server.url + "/health", timeout=600, process=server.process.process)
+        with httpx.Client(base_url=server.url, timeout=300) as client:
+            for n in SIZES:
+                times = []
+                for r in range(ROUNDS):
+                    tools = [codex_sized(i) for i in range(n)]
+                    params = tools[-1]["parameters"]
+                    params["properties"]["round"] = {"type": "string", "enum": [f"r{r}-{n}"]}
+                    params["required"] = [*params["required"], "round"]
+                    tag = orjson.dumps(_constrain.structural_tag(request_for(tools, prompt))).decode()
+                    sampling = {"max_new_tokens": 4, "structural_tag": tag}
+                    client.post("/generate", json={"input_ids": prompt, "sampling_params": sampling}).raise_for_status()
+                    logged = server.events("request")[-1]["grammar"]
+                    times.append(logged["compile_ms"])
+                print(f"   {n:>2} tools: compile {statistics.median(times):7.1f} ms")
+    finally:
+        server.process.stop(timeout=5.0)
+
+
 if __name__ == "__main__":
     ours()
     llamacpp()
     vllm()
+    sglang()

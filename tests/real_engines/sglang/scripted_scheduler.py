@@ -230,10 +230,17 @@ def run_scripted_scheduler(
                     server_args, tokenizer, model_config.vocab_size, eos_ids, think_end_ids=model_config.think_end_ids
                 )
             )
+        started = time.perf_counter()
         grammar = backend[0].dispatch_structural_tag(tag)
+        compile_ms = (time.perf_counter() - started) * 1000  # xgrammar's compile, as SGLang's backend asks it
         if isinstance(grammar, InvalidGrammarObject):
             return {"error": grammar.error_message}
-        result: dict[str, Any] = {"accepted_all": True, "rejected_at": None, "rejected_token": None}
+        result: dict[str, Any] = {
+            "accepted_all": True,
+            "rejected_at": None,
+            "rejected_token": None,
+            "compile_ms": compile_ms,
+        }
         for i, token in enumerate(output):
             if grammar.matcher.is_terminated():
                 break
