@@ -4,7 +4,8 @@ Its vectors are deterministic and carry a little meaning: each word is mapped to
 "automobile", "car" and "vehicle" are one), the concepts hashed into ``DIMENSIONS`` buckets, the counts
 normalised. So a paraphrase that shares no word with a text (and which BM25 cannot find) shares its concepts,
 and its vector is near the text's. It records every request's body (``requests``), can be told to fail
-(``fail``: answer 500), and lists one model on ``/v1/models``.
+(``fail``: answer 500), keeps each request's ``Authorization`` header, and lists one model on
+``/v1/models``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def embed(text: str) -> list[float]:
 class EmbeddingsServer:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []  # each POST's Authorization header
         self.fail = False
         owner = self
 
@@ -71,6 +73,7 @@ class EmbeddingsServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
+                owner.authorizations.append(self.headers.get("Authorization"))
                 if self.path != "/v1/embeddings":
                     self._answer(404, {"error": "not found"})
                 elif owner.fail:

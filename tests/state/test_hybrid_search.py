@@ -257,3 +257,23 @@ def test_a_store_from_before_vectors_opens_with_embeddings(
     assert done.status == "completed"
     assert [r.file_id for r in _search(client, store_id, PARAPHRASE)] == [done.id]
     assert _counts(store_spec, store_id) == {DIMENSIONS: 1}
+
+
+@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+def test_the_embedding_server_s_key_is_sent_as_a_bearer_token(
+    serve: Serve, embeddings: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARMONY_RESPONSES_EMBEDDINGS_API_KEY", "emb-secret")
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    config = config_from_args(parser.parse_args(["--embeddings", embeddings.url, "--embeddings-model", "e5"]))
+    assert (config.embeddings, config.embeddings_model, config.embeddings_api_key) == (
+        embeddings.url,
+        "e5",
+        "emb-secret",
+    )
+    assert "emb-secret" not in repr(config)
+    live = serve([ANSWER], embeddings=embeddings.url, embeddings_model="e5", embeddings_api_key="emb-secret")
+    _upload(openai_client(live), {"otters.md": DOCS["otters.md"]})
+    assert embeddings.authorizations == ["Bearer emb-secret"]
+    assert [body["model"] for body in embeddings.requests] == ["e5"]

@@ -443,8 +443,8 @@ class VectorStoreService:
                 chunks = await asyncio.to_thread(chunk_text, text, row.chunking)
                 embeddings = self.embeddings
                 if embeddings is not None and chunks:
-                    model = await embeddings.model_name() or ""
                     vectors = await embeddings.embed(chunks)
+                    model = await embeddings.model_name() or ""  # known once it answered
         except Unsupported as exc:
             error = {"code": exc.code, "message": str(exc)}
         except EmbeddingsError as exc:
@@ -575,7 +575,8 @@ class VectorStoreService:
         if embeddings is None:
             return None
         try:
-            return await embeddings.model_name() or "", await embeddings.embed(list(queries))
+            vectors = await embeddings.embed(list(queries))
+            return await embeddings.model_name() or "", vectors
         except EmbeddingsError as exc:
             logger.warning("embedding a search's queries failed, so it ranks by full text only: %s", exc)
             return None

@@ -50,14 +50,11 @@ def embeddings_url(url: str) -> str:
 
 class Embeddings:
     """The embedding server at ``url``; ``model`` is sent as ``model`` (None: the server's first listed one).
-
-    ``dimensions`` is the length of the vectors its first answer held (None before it answered).
-    """
+    The vectors' dimension is whatever its answers hold: each stored vector keeps its own (``chunk_vectors``)."""
 
     def __init__(self, url: str, model: str | None = None, *, api_key: str | None = None) -> None:
         self.url = embeddings_url(url)
         self.model = model
-        self.dimensions: int | None = None
         self._api_key = api_key
         self._client: httpx.AsyncClient | None = None
         self._model_lock = asyncio.Lock()
@@ -133,9 +130,6 @@ class Embeddings:
         sizes = {len(v) for v in vectors}
         if len(sizes) != 1 or 0 in sizes or not all(math.isfinite(x) for v in vectors for x in v):
             raise EmbeddingsError(f"{self.url} answered embeddings of no single dimension, or not finite")
-        (size,) = sizes
-        if self.dimensions is None:
-            self.dimensions = size
         return vectors
 
     async def aclose(self) -> None:
