@@ -12,6 +12,7 @@ import asyncio
 import logging
 import shlex
 import sqlite3
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from api.helpers import ANSWER, MODEL, openai_client
 from guide import ROOT, blocks
 from harmony_responses.serve.cli import add_serve_arguments, config_from_args
-from harmony_responses.store import store_from_spec, vector_stores_of
+from harmony_responses.store import _sqlite_vec, store_from_spec, vector_stores_of
 from harmony_responses.tools.file_search import Embeddings, _embeddings
 
 from .conftest import Serve
@@ -277,3 +278,20 @@ def test_the_embedding_server_s_key_is_sent_as_a_bearer_token(
     _upload(openai_client(live), {"otters.md": DOCS["otters.md"]})
     assert embeddings.authorizations == ["Bearer emb-secret"]
     assert [body["model"] for body in embeddings.requests] == ["e5"]
+
+
+@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+def test_sqlite_without_sqlite_vec_says_so_and_ranks_by_full_text(
+    serve: Serve, embeddings: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "sqlite_vec", None)  # the package not installed: importing it fails
+    monkeypatch.setattr(_sqlite_vec, "_found", None)
+    with caplog.at_level(logging.INFO, logger="harmony_responses.run"):
+        live = serve([ANSWER], embeddings=embeddings.url)
+    said = [r.getMessage() for r in caplog.records if "file_search:" in r.getMessage()]
+    assert len(said) == 1 and "full-text retrieval only" in said[0] and "sqlite-vec package is not installed" in said[0]
+    client = openai_client(live)
+    store_id, ids = _upload(client, DOCS)
+    assert _search(client, store_id, PARAPHRASE) == []
+    assert [r.file_id for r in _search(client, store_id, "otters")] == [ids["otters.md"]]
+    assert embeddings.requests == []
