@@ -22,6 +22,7 @@ Most SQL here is written once for both databases (``?`` placeholders, turned int
 
 from __future__ import annotations
 
+import itertools
 import re
 import sqlite3
 import struct
@@ -151,8 +152,15 @@ class _Database:
 
     @staticmethod
     def _numbered(sql: str) -> str:
-        counter = iter(range(1, 1000))
+        counter = itertools.count(1)
         return _PLACEHOLDER.sub(lambda _: f"${next(counter)}", sql)
+
+    def one_of(self, column: str, values: Sequence[str]) -> tuple[str, Any]:
+        """``column`` is one of ``values``, as one parameter whatever their number (a placeholder each
+        would meet the databases' parameter limits: a store of thousands of files)."""
+        if self.postgres:
+            return f"{column} = ANY(CAST(? AS TEXT[]))", list(values)
+        return f"{column} IN (SELECT value FROM json_each(?))", orjson.dumps(list(values)).decode()
 
     async def fetch(self, sql: str, *params: Any) -> list[Any]:
         if self.postgres:
@@ -601,27 +609,28 @@ class VectorStores:
             return []
         stores = sorted({s for s, _ in pairs})
         files = sorted({f for _, f in pairs})
-        smarks, fmarks = ",".join("?" * len(stores)), ",".join("?" * len(files))
+        in_stores, store_param = self.db.one_of("vector_store_id", stores)
+        in_files, file_param = self.db.one_of("file_id", files)
         if self.db.postgres:
             # Each word a prefix-free lexeme of the english configuration; quoted so that no word is an operator.
             tsquery = " | ".join("'" + t.replace("'", "") + "'" for t in terms)
             sql = (
                 "SELECT vector_store_id, file_id, position, text, ts_rank_cd(tsv, q, 32) AS score "
                 "FROM chunks, to_tsquery('english', ?) q "
-                f"WHERE tsv @@ q AND vector_store_id IN ({smarks}) AND file_id IN ({fmarks}) "
+                f"WHERE tsv @@ q AND {in_stores} AND {in_files} "
                 "ORDER BY score DESC, vector_store_id, file_id, position LIMIT ?"
             )
-            rows = await self.db.fetch(sql, tsquery, *stores, *files, limit * 4)
+            rows = await self.db.fetch(sql, tsquery, store_param, file_param, limit * 4)
             hits = [Hit(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
         else:
             match = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
             sql = (
                 "SELECT c.vector_store_id, c.file_id, c.position, c.text, bm25(chunks_fts) AS rank "
                 "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-                f"WHERE chunks_fts MATCH ? AND c.vector_store_id IN ({smarks}) AND c.file_id IN ({fmarks}) "
+                f"WHERE chunks_fts MATCH ? AND c.{in_stores} AND c.{in_files} "
                 "ORDER BY rank, c.vector_store_id, c.file_id, c.position LIMIT ?"
             )
-            rows = await self.db.fetch(sql, match, *stores, *files, limit * 4)
+            rows = await self.db.fetch(sql, match, store_param, file_param, limit * 4)
             hits = [Hit(r[0], r[1], r[2], r[3], -float(r[4]) / (1 - float(r[4]))) for r in rows]
         wanted = set(pairs)
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
@@ -640,7 +649,8 @@ class VectorStores:
             return []
         stores = sorted({s for s, _ in pairs})
         files = sorted({f for _, f in pairs})
-        smarks, fmarks = ",".join("?" * len(stores)), ",".join("?" * len(files))
+        in_stores, store_param = self.db.one_of("c.vector_store_id", stores)
+        in_files, file_param = self.db.one_of("c.file_id", files)
         if self.db.postgres:
             schema = '"' + str(getattr(self.db.store, "vector_schema", "public")).replace('"', '""') + '"'
             distance = (
@@ -651,10 +661,11 @@ class VectorStores:
         sql = (
             f"SELECT c.vector_store_id, c.file_id, c.position, c.text, {distance} AS d "
             "FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
-            f"WHERE v.model = ? AND v.dims = ? AND c.vector_store_id IN ({smarks}) AND c.file_id IN ({fmarks}) "
+            f"WHERE v.model = ? AND v.dims = ? AND {in_stores} AND {in_files} "
             "ORDER BY d, c.vector_store_id, c.file_id, c.position LIMIT ?"
         )
-        rows = await self.db.fetch(sql, self._vector_value(vector), model, len(vector), *stores, *files, limit * 4)
+        value = self._vector_value(vector)
+        rows = await self.db.fetch(sql, value, model, len(vector), store_param, file_param, limit * 4)
         wanted = set(pairs)
         hits = [Hit(r[0], r[1], r[2], r[3], 1.0 - float(r[4])) for r in rows]
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
