@@ -25,6 +25,7 @@ Loader = Callable[[sqlite3.Connection], None]
 
 _lock = threading.Lock()
 _found: tuple[Loader | None, str] | None = None
+_libraries: list[ctypes.CDLL] = []  # the registered entry point's library, held for the process's life
 
 
 def _by_load_extension(path: str) -> Loader:
@@ -47,6 +48,7 @@ def _by_auto_extension(path: str) -> Loader:
     code = library.sqlite3_auto_extension(ctypes.cast(extension.sqlite3_vec_init, ctypes.c_void_p))
     if code != 0:
         raise OSError(f"sqlite3_auto_extension returned {code}")
+    _libraries.append(extension)
     return lambda conn: None  # every new connection has it already
 
 
