@@ -256,3 +256,27 @@ def test_another_keys_ids_are_404_everywhere_and_change_nothing(serve: Serve) ->
     assert (kept.name, kept.metadata, kept.file_counts.completed) == ("private", {"team": "one"}, 2)
     assert one.vector_stores.files.retrieve(mine.id, vector_store_id=store.id).attributes in (None, {})
     assert {r.file_id for r in one.vector_stores.search(store.id, query="secret")} == {mine.id, spare.id}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"name": "notes\x00"}, "name"),  # PostgreSQL stores no NUL in text: a 503 once, now a 400
+        ({"name": "n" * 257}, "name"),
+        ({"name": 7}, "name"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+        ({"metadata": {"k": 1}}, "metadata.k"),
+    ],
+)
+def test_a_vector_stores_bad_name_or_metadata_is_a_400(serve: Serve, fields: dict[str, Any], param: str) -> None:
+    client = openai_client(serve([ANSWER]))
+    with pytest.raises(openai.BadRequestError) as created:
+        client.vector_stores.create(**fields)
+    assert created.value.body["param"] == param, created.value.body  # type: ignore[index]
+    store = client.vector_stores.create(name="fine", metadata={"k": "v"})
+    with pytest.raises(openai.BadRequestError) as updated:
+        client.vector_stores.update(store.id, **fields)
+    assert updated.value.body["param"] == param, updated.value.body  # type: ignore[index]
+    kept = client.vector_stores.retrieve(store.id)
+    assert (kept.name, kept.metadata) == ("fine", {"k": "v"})
+    assert [s.name for s in client.vector_stores.list()] == ["fine"]  # the refused one was not made

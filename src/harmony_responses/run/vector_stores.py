@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import APIError
 from ..ids import random_id
+from ..request.validate import check_metadata
 from ..store import (
     Chunk,
     FileStore,
@@ -259,9 +260,8 @@ class VectorStoreService:
 
     async def create(self, owner: str, body: dict[str, Any]) -> VectorStoreRecord:
         await self.recover()
-        name = body.get("name")
-        if name is not None and not isinstance(name, str):
-            raise APIError("Invalid type for 'name': expected a string.", param="name", code="invalid_type")
+        name = _name(body.get("name"))
+        check_metadata(body)
         file_ids = self._file_ids(body.get("file_ids"), "file_ids")
         strategy = chunking(body.get("chunking_strategy"))
         now = int(time.time())
@@ -283,9 +283,8 @@ class VectorStoreService:
         return record
 
     async def update(self, record: VectorStoreRecord, body: dict[str, Any]) -> VectorStoreRecord:
-        name = body.get("name", record.name)
-        if name is not None and not isinstance(name, str):
-            raise APIError("Invalid type for 'name': expected a string.", param="name", code="invalid_type")
+        name = _name(body.get("name", record.name))
+        check_metadata(body)
         updated = VectorStoreRecord(
             id=record.id,
             owner=record.owner,
@@ -610,3 +609,25 @@ def vector_store_service(server: Server) -> VectorStoreService:
         existing = VectorStoreService(server)
         server._vector_store_service = existing  # type: ignore[attr-defined]
     return existing
+
+
+MAX_NAME = 256  # OpenAI documents none; a name is a label, and is stored and listed with every store
+
+
+def _name(name: Any) -> str | None:
+    """A vector store's ``name``: a string of at most ``MAX_NAME`` characters without NUL (PostgreSQL stores
+    no NUL in text), or None."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise APIError("Invalid type for 'name': expected a string.", param="name", code="invalid_type")
+    if len(name) > MAX_NAME:
+        raise APIError(
+            f"Invalid 'name': string too long. Expected a string with maximum length {MAX_NAME}, but got a string"
+            f" with length {len(name)} instead.",
+            param="name",
+            code="string_above_max_length",
+        )
+    if "\x00" in name:
+        raise APIError("Invalid 'name': the string contains a NUL character.", param="name", code="invalid_value")
+    return name
