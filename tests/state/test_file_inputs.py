@@ -280,3 +280,23 @@ def test_a_vector_stores_bad_name_or_metadata_is_a_400(serve: Serve, fields: dic
     kept = client.vector_stores.retrieve(store.id)
     assert (kept.name, kept.metadata) == ("fine", {"k": "v"})
     assert [s.name for s in client.vector_stores.list()] == ["fine"]  # the refused one was not made
+
+
+def test_chunks_the_store_refuses_fail_the_file_instead_of_leaving_it_in_progress(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harmony_responses.store import VectorStores
+
+    original = VectorStores.finish_file
+
+    async def refusing(self: Any, *args: Any, **kwargs: Any) -> bool:
+        if kwargs["chunks"]:  # as a database refusing one of their values would
+            raise ValueError("a value the store cannot hold")
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorStores, "finish_file", refusing)
+    client = openai_client(serve([ANSWER]))
+    store = client.vector_stores.create(name="refused")
+    done = _ingested(client, store.id, "notes.txt", b"Otters hold hands.")
+    assert done.status == "failed" and done.last_error is not None, done
+    assert done.last_error.code == "server_error" and "could not be stored" in done.last_error.message

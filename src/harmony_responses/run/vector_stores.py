@@ -467,8 +467,21 @@ class VectorStoreService:
                 vectors=vectors,
                 model=model,
             )
-        except Exception:  # the store failing now: the row's lease lapses with this process, or it is retried
+        except Exception as exc:
             logger.exception("storing the chunks of %s failed", row.file_id)
+            if chunks or error is None:
+                # A value the store refuses (not the store gone: then this fails too, and the row's lease
+                # lapses with this process) must not leave the file in_progress while this process lives.
+                failed = {
+                    "code": "server_error",
+                    "message": f"The file's chunks could not be stored: {type(exc).__name__}.",
+                }
+                try:
+                    await self.stores.finish_file(
+                        row.vector_store_id, row.file_id, holder, chunks=[], usage_bytes=0, last_error=failed
+                    )
+                except Exception:
+                    logger.exception("marking %s failed failed too", row.file_id)
 
     async def recover(self) -> None:
         """Take over and resume the ingestions of processes that are gone (at most every RECOVER_EVERY s)."""
