@@ -13,6 +13,7 @@ import logging
 import shlex
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -234,7 +235,7 @@ def test_a_response_s_file_search_ranks_hybrid_with_the_tool_s_weights(
 
 
 @pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
-def test_a_store_from_before_vectors_opens_with_embeddings(
+def test_a_store_from_before_vectors_opens_with_embeddings_and_fills_them_in(
     serve: Serve, embeddings: EmbeddingsServer, store_spec: str
 ) -> None:
     # A store as schema version 8 left it (no chunk_vectors), its file ingested without embeddings.
@@ -249,15 +250,24 @@ def test_a_store_from_before_vectors_opens_with_embeddings(
     after = serve([ANSWER], embeddings=embeddings.url)
     client = openai_client(after)
     assert _vectors(after) is not None
-    # The old file is found by its words (it has no vector), not by a paraphrase; a new one by both.
+    # The old file is found by its words meanwhile; its chunk gets its vector in the background
+    # (run/backfill.py), after which a paraphrase finds it too.
     assert [r.file_id for r in _search(client, store_id, "car oil")] == [ids["car.txt"]]
-    assert _search(client, store_id, PARAPHRASE) == []
+    deadline = time.monotonic() + 30
+    while _counts(store_spec, store_id) != {DIMENSIONS: 1}:
+        assert time.monotonic() < deadline, "the old chunk got no vector"
+        time.sleep(0.05)
+    assert DOCS["car.txt"].decode() in embeddings.inputs()
+    assert [r.file_id for r in _search(client, store_id, PARAPHRASE)] == [ids["car.txt"]]
     done = client.vector_stores.files.upload_and_poll(
         vector_store_id=store_id, file=("car2.txt", DOCS["car.txt"]), poll_interval_ms=20
     )
     assert done.status == "completed"
-    assert [r.file_id for r in _search(client, store_id, PARAPHRASE)] == [done.id]
-    assert _counts(store_spec, store_id) == {DIMENSIONS: 1}
+    assert {r.file_id for r in _search(client, store_id, PARAPHRASE)} == {ids["car.txt"], done.id}
+    assert _counts(store_spec, store_id) == {DIMENSIONS: 2}
+    # Nothing is embedded twice: the old chunk once (backfilled), the new once (ingested), and the queries.
+    chunk = DOCS["car.txt"].decode()
+    assert embeddings.inputs().count(chunk) == 2
 
 
 @pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
@@ -295,3 +305,22 @@ def test_sqlite_without_sqlite_vec_says_so_and_ranks_by_full_text(
     assert _search(client, store_id, PARAPHRASE) == []
     assert [r.file_id for r in _search(client, store_id, "otters")] == [ids["otters.md"]]
     assert embeddings.requests == []
+
+
+def test_files_ingested_before_embeddings_get_their_vectors_in_the_background(
+    serve: Serve, embeddings: EmbeddingsServer, store_spec: str
+) -> None:
+    before = serve([ANSWER])
+    store_id, ids = _upload(openai_client(before), DOCS)
+    before.stop()
+    after = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(after)
+    if _vectors(after) is None:  # PostgreSQL without pgvector: nothing to fill in
+        assert embeddings.requests == []
+        return
+    deadline = time.monotonic() + 30
+    while _counts(store_spec, store_id) != {DIMENSIONS: 3}:
+        assert time.monotonic() < deadline, "the chunks got no vectors"
+        time.sleep(0.05)
+    assert sorted(embeddings.inputs()) == sorted(d.decode() for d in DOCS.values())
+    assert _search(client, store_id, PARAPHRASE)[0].file_id == ids["car.txt"]

@@ -44,6 +44,7 @@ from ..tools.file_search import Embeddings
 from ..tools.mcp import McpOptions
 from ..translate import response_skeleton, usage_object
 from ..vocab import Vocabulary, load_encoding, load_vocabulary
+from .backfill import Backfill
 from .compact import compacted_output, write_summary
 from .conversations import Conversations
 from .live import StoredRun
@@ -105,6 +106,7 @@ class Server:
         self.mcp = mcp
         self.trace = trace if trace is not None and (trace.every or trace.header) else None
         self.embeddings = embeddings
+        self._backfill: Backfill | None = None  # vectors for chunks stored without (with embeddings)
         self.vocab: Vocabulary | None = None
         self.started_at = int(time.time())
         self.startup_error: Exception | None = None  # why start() failed, for the command line's last word
@@ -154,6 +156,9 @@ class Server:
             upkeep = vector_store_service(self).upkeep
             if upkeep not in self.stored.periodic:
                 self.stored.periodic.append(upkeep)
+            if self.embeddings is not None and self._backfill is None:
+                self._backfill = Backfill(vector_store_service(self))
+                self.stored.periodic.append(self._backfill.kick)
             if not self.sealer.configured:
                 # No --secret-key: the key every process sharing this store uses, made by the first one to
                 # start. With a random key per process, a blob sealed by one replica is silently ignored by
@@ -207,6 +212,8 @@ class Server:
         ingestions = getattr(self, "_vector_store_service", None)
         if ingestions is not None:
             await ingestions.aclose()
+        if self._backfill is not None:
+            await self._backfill.aclose()
         await self.stored.aclose()  # background work still running ends failed, with a reason
         if self.embeddings is not None:
             await self.embeddings.aclose()

@@ -24,7 +24,7 @@ A search embeds its queries (one request) and fuses, for each query, the full-te
 ranking of the candidate chunks (``DEPTH`` of each) by reciprocal rank fusion weighted by
 ``ranking_options.hybrid_search`` (``tools/file_search/_ranking.py``); a chunk's score is its best over the
 queries. When the embedding server fails a search, that search ranks by full text alone (logged). Files
-ingested before ``--embeddings`` (no vectors) are found by their words only until attached again.
+ingested before ``--embeddings`` get their vectors in the background (``backfill.py``).
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ are mapped into [0, 1) as ``x / (1 + x)`` of each ranker's raw score (BM25 negat
 ``score_threshold`` means the same on both stores (the same ordering, not the same numbers).
 
 With ``--embeddings`` (version 9): ``chunk_vectors`` keeps each chunk's vector, written with its chunks in the
-transaction that ends the ingestion, and ``vector_search`` ranks the chunks by cosine distance to a query's
-vector, exactly (every candidate chunk compared; no approximate index): sqlite-vec's ``vec_distance_cosine``
-over float32 BLOBs on SQLite, pgvector's ``<=>`` over the ``REAL[]`` column cast to ``vector`` on PostgreSQL.
+transaction that ends the ingestion (or later, ``add_vectors``, for chunks stored before), and ``vector_search``
+ranks the chunks by cosine distance to a query's vector, exactly (every candidate chunk compared; no
+approximate index): sqlite-vec's ``vec_distance_cosine`` over float32 BLOBs on SQLite, pgvector's ``<=>`` over
+the ``REAL[]`` column cast to ``vector`` on PostgreSQL.
 Whether the database can is the store's ``vectors`` (``use_vectors``, at open).
 
 Most SQL here is written once for both databases (``?`` placeholders, turned into ``$n`` for PostgreSQL by
@@ -669,6 +670,28 @@ class VectorStores:
         wanted = set(pairs)
         hits = [Hit(r[0], r[1], r[2], r[3], 1.0 - float(r[4])) for r in rows]
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
+
+    async def chunks_without_vectors(self, limit: int) -> list[tuple[int, str]]:
+        """``(chunk id, text)`` of up to ``limit`` chunks of completed files that have no vector (stored before
+        ``--embeddings``), oldest first."""
+        rows = await self.db.fetch(
+            "SELECT c.id, c.text FROM chunks c JOIN vector_store_files f ON f.vector_store_id = c.vector_store_id "
+            "AND f.file_id = c.file_id WHERE f.status = 'completed' "
+            "AND NOT EXISTS (SELECT 1 FROM chunk_vectors v WHERE v.chunk_id = c.id) ORDER BY c.id LIMIT ?",
+            limit,
+        )
+        return [(int(r[0]), r[1]) for r in rows]
+
+    async def add_vectors(self, vectors: Sequence[tuple[int, Sequence[float]]], model: str) -> None:
+        """Store ``(chunk id, vector)`` pairs of ``model``: for chunks that still exist and have none yet (another
+        process may have filled them meanwhile)."""
+        data = "CAST(? AS REAL[])" if self.db.postgres else "CAST(? AS BLOB)"
+        sql = (
+            f"INSERT INTO chunk_vectors (chunk_id, model, dims, data) SELECT id, CAST(? AS TEXT), CAST(? AS INTEGER), "
+            f"{data} FROM chunks WHERE id = ? ON CONFLICT (chunk_id) DO NOTHING"
+        )
+        rows = [(model, len(v), self._vector_value(v), chunk_id) for chunk_id, v in vectors]
+        await self.db.transaction([Many(sql, rows)])
 
     async def vector_counts(self, store_id: str) -> dict[int, int]:
         """How many chunks of the store have a vector, by dimension."""
