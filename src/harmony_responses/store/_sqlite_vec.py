@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -42,7 +43,11 @@ def _by_load_extension(path: str) -> Loader:
 def _by_auto_extension(path: str) -> Loader:
     name = ctypes.util.find_library("sqlite3") or "libsqlite3.so.0"
     library = ctypes.CDLL(name)
-    extension = ctypes.CDLL(path if path.endswith((".so", ".dylib", ".dll")) else path + ".so")
+    # loadable_path() leaves the suffix out, as load_extension takes it; dlopen needs the file's whole name.
+    files = [path + suffix for suffix in ("", ".so", ".dylib", ".dll") if os.path.isfile(path + suffix)]
+    if not files:
+        raise OSError(f"no sqlite-vec library at {path}")
+    extension = ctypes.CDLL(files[0])
     library.sqlite3_auto_extension.argtypes = [ctypes.c_void_p]
     library.sqlite3_auto_extension.restype = ctypes.c_int
     code = library.sqlite3_auto_extension(ctypes.cast(extension.sqlite3_vec_init, ctypes.c_void_p))
