@@ -3,9 +3,9 @@
 Its vectors are deterministic and carry a little meaning: each word is mapped to a concept (``CONCEPTS``:
 "automobile", "car" and "vehicle" are one), the concepts hashed into ``DIMENSIONS`` buckets, the counts
 normalised. So a paraphrase that shares no word with a text (and which BM25 cannot find) shares its concepts,
-and its vector is near the text's. It records every request's body (``requests``), can be told to fail
-(``fail``: answer 500), keeps each request's ``Authorization`` header, and lists one model on
-``/v1/models``.
+and its vector is near the text's. It records every request's body (``requests``) and ``Authorization``
+header, can be told to fail (``fail``: answer 500) or to answer something else (``answer``), and lists one
+model on ``/v1/models``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class EmbeddingsServer:
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []  # each POST's Authorization header
         self.fail = False
+        self.answer: dict[str, Any] | None = None  # answered (200) instead of the vectors, when set
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,6 +79,8 @@ class EmbeddingsServer:
                     self._answer(404, {"error": "not found"})
                 elif owner.fail:
                     self._answer(500, {"error": {"message": "the embedding model is down"}})
+                elif owner.answer is not None:
+                    self._answer(200, owner.answer)
                 else:
                     texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
                     data = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(texts)]

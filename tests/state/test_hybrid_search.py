@@ -324,3 +324,32 @@ def test_files_ingested_before_embeddings_get_their_vectors_in_the_background(
         time.sleep(0.05)
     assert sorted(embeddings.inputs()) == sorted(d.decode() for d in DOCS.values())
     assert _search(client, store_id, PARAPHRASE)[0].file_id == ids["car.txt"]
+
+
+@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"data": []}, "answered 0 embeddings for 1 inputs"),
+        ({"data": [{"index": 0, "embedding": []}]}, "no single dimension"),
+        ({"data": [{"index": 0, "embedding": ["x"]}]}, "answered no embeddings"),
+        ({"object": "list"}, "answered no embeddings"),
+    ],
+)
+def test_an_embedding_server_answering_no_vectors_fails_the_file(
+    serve: Serve,
+    embeddings: EmbeddingsServer,
+    monkeypatch: pytest.MonkeyPatch,
+    answer: dict[str, Any],
+    said: str,
+) -> None:
+    monkeypatch.setattr(_embeddings, "RETRY_DELAYS", ())
+    live = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(live)
+    store = client.vector_stores.create(name="notes")
+    embeddings.answer = answer
+    done = client.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id, file=("otters.md", DOCS["otters.md"]), poll_interval_ms=20
+    )
+    assert done.status == "failed" and done.last_error is not None and done.last_error.code == "server_error"
+    assert said in done.last_error.message, done.last_error.message
