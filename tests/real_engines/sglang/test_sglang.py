@@ -333,7 +333,7 @@ def test_strict_json_schema_reaches_sglang_as_a_structural_tag(stack: Stack) -> 
     (structure,) = tag["structures"]
     assert (structure["begin"], structure["end"], structure["schema"]) == ("<|channel|>final<|message|>", "", schema)
     expected = {"accepted_all": True, "rejected_at": None, "rejected_token": None, "terminated": True}
-    assert received["grammar"] == expected
+    assert {k: v for k, v in received["grammar"].items() if k != "compile_ms"} == expected
 
     # The tag as it was (end "<|return|>"), sent to SGLang directly: xgrammar matches the end as text, so
     # the stop token is refused right after the JSON (a sampler would have to spell "<|return|>").
