@@ -27,7 +27,7 @@ from .conftest import VLLM, VLLM_START_TIMEOUT
 pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
 # (after the skip: the receiver needs opentelemetry-proto)
-from tests.otlp_receiver import Receiver, Span, children, named, receiver
+from otlp_receiver import Receiver, Span, children, named, receiver
 
 MODEL = "gpt-oss-20b"
 VLLM_SERVICE = "vllm-under-test"
