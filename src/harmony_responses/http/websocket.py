@@ -49,6 +49,7 @@ from ..logs import current_request_id, request_scope
 from ..metrics import STREAMS_IN_FLIGHT, TOKEN_SINK
 from ..quotas import CURRENT
 from ..request import History, read_request
+from ..request.validate import string_too_long
 from ..run import ResponseRun, Server, StoredRun
 from ..run.turns import Turns, starting, tier_rank
 from ..tokentrace import HEADER as TRACE_HEADER
@@ -191,12 +192,7 @@ class _Connection:
             return
         lane = message.get("stream_id") if isinstance(message.get("stream_id"), str) else None
         if lane is not None and len(lane) > MAX_STREAM_ID_LENGTH:
-            error = APIError(
-                f"Invalid 'stream_id': string too long. Expected a string with maximum length {MAX_STREAM_ID_LENGTH}, "
-                f"but got a string with length {len(lane)} instead.",
-                param="stream_id",
-                code="string_above_max_length",
-            )
+            error = string_too_long("stream_id", MAX_STREAM_ID_LENGTH, len(lane))
             group.start_soon(self._send_error, error, None)  # not echoed: the id is what is refused
             return
         if self._close is not None:

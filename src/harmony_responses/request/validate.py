@@ -48,6 +48,7 @@ __all__ = [
     "check_items",
     "check_metadata",
     "conversation_items",
+    "string_too_long",
     "validate_request",
 ]
 
@@ -148,6 +149,15 @@ def _invalid_type(param: str, expected: str, value: object) -> APIError:
         f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
         param=param,
         code="invalid_type",
+    )
+
+
+def string_too_long(param: str, limit: int, length: int) -> APIError:
+    return APIError(
+        f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, but got a string "
+        f"with length {length} instead.",
+        param=param,
+        code="string_above_max_length",
     )
 
 
@@ -283,12 +293,7 @@ def _check_name(value: object, param: str) -> str:
             code="empty_string",
         )
     if len(value) > MAX_NAME_LENGTH:
-        raise APIError(
-            f"Invalid '{param}': string too long. Expected a string with maximum length {MAX_NAME_LENGTH}, "
-            f"but got a string with length {len(value)} instead.",
-            param=param,
-            code="string_above_max_length",
-        )
+        raise string_too_long(param, MAX_NAME_LENGTH, len(value))
     if not NAME_PATTERN.match(value):
         raise APIError(
             f"Invalid '{param}': string does not match pattern. Expected a string that matches the pattern "
@@ -330,12 +335,7 @@ def _check_metadata(body: Mapping[str, Any]) -> None:
         if not isinstance(value, str):
             raise _invalid_type(param, "a string", value)
         if len(value) > MAX_METADATA_VALUE:
-            raise APIError(
-                f"Invalid '{param}': string too long. Expected a string with maximum length {MAX_METADATA_VALUE}, "
-                f"but got a string with length {len(value)} instead.",
-                param=param,
-                code="string_above_max_length",
-            )
+            raise string_too_long(param, MAX_METADATA_VALUE, len(value))
 
 
 def _check_function(tool: Mapping[str, Any], param: str) -> str:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import APIError
 from ..ids import random_id
-from ..request.validate import check_metadata
+from ..request.validate import check_metadata, string_too_long
 from ..store import (
     Chunk,
     FileStore,
@@ -635,12 +635,7 @@ def _name(name: Any) -> str | None:
     if not isinstance(name, str):
         raise APIError("Invalid type for 'name': expected a string.", param="name", code="invalid_type")
     if len(name) > MAX_NAME:
-        raise APIError(
-            f"Invalid 'name': string too long. Expected a string with maximum length {MAX_NAME}, but got a string"
-            f" with length {len(name)} instead.",
-            param="name",
-            code="string_above_max_length",
-        )
+        raise string_too_long("name", MAX_NAME, len(name))
     if "\x00" in name:
         raise APIError("Invalid 'name': the string contains a NUL character.", param="name", code="invalid_value")
     return name
