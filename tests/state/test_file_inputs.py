@@ -22,6 +22,7 @@ import pytest
 from api.helpers import ANSWER, openai_client
 
 from .conftest import Serve
+from .pdf import assemble
 
 KEYS = ("key-one-1234567890", "key-two-1234567890")
 WAIT = 30  # seconds: a bound on waiting for a condition, never a timing assertion
@@ -42,16 +43,7 @@ def _pdf(pages: int, text: str, padding: int) -> bytes:
     page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
     page += b"/Resources << /Font << /F1 3 0 R >> >> >>"
     objects += [page] * pages
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
+    return assemble(objects)
 
 
 def _ingested(client: openai.OpenAI, store_id: str, name: str, data: bytes) -> Any:

@@ -17,6 +17,7 @@ import pytest
 from api.helpers import ANSWER, openai_client
 
 from .conftest import Serve
+from .pdf import assemble
 
 KEYS = ("key-one-1234567890", "key-two-1234567890")
 
@@ -47,16 +48,7 @@ def _pdf(text: str, *, bomb: bool = False) -> bytes:
         b"<< /Length " + str(len(stream)).encode() + codec + b" >>\nstream\n" + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return bytes(out)
+    return assemble(objects)
 
 
 def _store_with_docs(client: openai.OpenAI) -> tuple[Any, dict[str, str]]:
