@@ -17,7 +17,6 @@ words, as people search) run one at a time for 10 results, after WARMUP unmeasur
 from __future__ import annotations
 
 import argparse
-import asyncio
 import concurrent.futures
 import itertools
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 import httpx
 from openai import OpenAI
 
+from _postgres import postgres_url, run_sql
 from harmony_responses.tools.file_search import chunk_text
 from server_bench import BIN, free_port
 
@@ -57,27 +57,6 @@ def synthetic_file(rng: random.Random, words: list[str], weights: list[float]) -
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def postgres_url() -> str | None:
-    url = os.environ.get("HARMONY_TEST_POSTGRES_URL")
-    if url:
-        return url
-    result = subprocess.run([str(ROOT / "scripts" / "postgres")], capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        print(f"PostgreSQL skipped: scripts/postgres failed: {result.stderr.strip()[-300:]}", file=sys.stderr)
-        return None
-    return result.stdout.strip().splitlines()[-1]
-
-
-async def _schema(url: str, sql: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -192,16 +171,18 @@ def main() -> None:
                 print(f"sqlite ({os.cpu_count()} cores):", flush=True)
                 run_store(f"sqlite:{Path(workdir) / 'store.sqlite3'}", sizes)
         elif kind == "postgresql":
-            url = postgres_url()
-            if url is None:
+            try:
+                url = postgres_url()
+            except RuntimeError as exc:
+                print(f"PostgreSQL skipped: {exc}", file=sys.stderr)
                 continue
             schema = f"bench_{secrets.token_hex(4)}"
-            asyncio.run(_schema(url, f"CREATE SCHEMA {schema}"))
+            run_sql(url, f"CREATE SCHEMA {schema}")
             try:
                 print("postgresql:", flush=True)
                 run_store(f"{url}?search_path={schema}", sizes)
             finally:
-                asyncio.run(_schema(url, f"DROP SCHEMA {schema} CASCADE"))
+                run_sql(url, f"DROP SCHEMA {schema} CASCADE")
         else:
             sys.exit(f"unknown store {kind!r}: sqlite or postgresql")
 

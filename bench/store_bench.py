@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _postgres import postgres_url, run_sql
 from server_bench import BIN, completion, free_port, wait_healthy
 
 HERE = Path(__file__).resolve().parent
@@ -67,26 +67,6 @@ async def _client(port: int) -> dict[str, list[float]]:
     return rates
 
 
-def _postgres_url() -> str:
-    url = os.environ.get("HARMONY_TEST_POSTGRES_URL")
-    if not url:
-        url = subprocess.run([str(ROOT / "scripts" / "postgres")], capture_output=True, text=True, check=True).stdout
-    return url.strip().splitlines()[-1]
-
-
-def _schema(url: str, sql: str) -> None:
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
-
-
 def measure(store: str, script: Path) -> dict[str, list[float]]:
     port = free_port()
     argv = [str(BIN / "harmony-responses"), "serve", "--port", str(port), "--engine", f"replay:{script}"]
@@ -107,9 +87,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "script.jsonl"
         script.write_text(json.dumps({"tokens": completion(TOKENS)}) + "\n")
-        url = _postgres_url()
+        url = postgres_url()
         schema = f"bench_{secrets.token_hex(4)}"
-        _schema(url, f"CREATE SCHEMA {schema}")
+        run_sql(url, f"CREATE SCHEMA {schema}")
         try:
             stores = {
                 "sqlite": f"sqlite:{Path(tmp) / 'responses.sqlite3'}",
@@ -126,7 +106,7 @@ def main() -> None:
                     f"costs {1 - on / off:.1%} (best rounds: {max(rates['false']):,.0f} and {max(rates['true']):,.0f})"
                 )
         finally:
-            _schema(url, f"DROP SCHEMA {schema} CASCADE")
+            run_sql(url, f"DROP SCHEMA {schema} CASCADE")
 
 
 if __name__ == "__main__":
