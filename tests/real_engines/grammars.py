@@ -1,4 +1,4 @@
-"""Custom tools with grammars, shared by the tiers that constrain a call's input and the adapters' unit tests."""
+"""Tools with grammars, shared by the tiers that constrain a call's input and the adapters' unit tests."""
 
 from __future__ import annotations
 
@@ -53,3 +53,13 @@ def call(name: str, payload: str, analysis: str = "Calling it.") -> str:
         f"<|channel|>analysis<|message|>{analysis}<|end|><|start|>assistant"
         f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{payload}<|call|>"
     )
+
+
+# The one function the declared-recipients tests declare: a script calling get_weather names a recipient
+# that ``functions.get`` begins but that is not declared.
+GET = {
+    "type": "function",
+    "name": "get",
+    "description": "Look a thing up.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}

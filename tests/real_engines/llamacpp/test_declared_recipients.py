@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ..gateway import EngineProcess, Gateway, start_engine, start_gateway
+from ..grammars import GET
 from ..tiny_model import Chain, harmony_ids, scripted_checkpoint, to_gguf
 from .conftest import CALL, llama_server_argv
 
@@ -31,12 +32,6 @@ CHAIN = Chain(
     CALL,
     alternatives=((AFTER_GET, harmony_ids(" ")[0], 10.0), (AFTER_COMMENTARY, harmony_ids("<|message|>")[0], 10.0)),
 )
-GET = {
-    "type": "function",
-    "name": "get",
-    "description": "Look a thing up.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 @pytest.fixture(scope="module")

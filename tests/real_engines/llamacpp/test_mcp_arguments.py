@@ -44,13 +44,6 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
     engine.stop()
 
 
-@pytest.fixture(scope="module")
-def mcp() -> Iterator[McpServerProcess]:
-    server = McpServerProcess()
-    yield server
-    server.stop()
-
-
 def _call(llama: EngineProcess, mcp: McpServerProcess, tmp: pytest.TempPathFactory, *extra: str) -> Any:
     args = ["--mcp-allowed-hosts", f"127.0.0.1:{mcp.port}", *extra]
     gateway: Gateway = start_gateway(f"llamacpp:{llama.url}", args=args, log_dir=tmp.mktemp("serve"))

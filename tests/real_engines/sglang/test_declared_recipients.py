@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from ..grammars import call
+from ..grammars import GET, call
 from .matching import Stack, matcher, refused_where
 
 pytestmark = pytest.mark.timeout(900)  # the first test waits for SGLang to start (conftest)
 
-GET = {
-    "type": "function",
-    "name": "get",
-    "description": "Look a thing up.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 WEATHER = {**GET, "name": "get_weather"}
 TEXT = call("get_weather", '{"city": "Paris"}')
 

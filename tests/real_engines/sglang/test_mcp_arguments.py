@@ -30,13 +30,6 @@ CALL = (
 AFTER = "<|start|>calc.add to=assistant"  # the second engine call's prompt ends with the tool's output
 
 
-@pytest.fixture(scope="module")
-def mcp() -> Iterator[McpServerProcess]:
-    server = McpServerProcess()
-    yield server
-    server.stop()
-
-
 def _gateway(stack: Stack, mcp: McpServerProcess, tmp: pytest.TempPathFactory, *extra: str) -> Gateway:
     sglang, _ = stack
     args = ["--mcp-allowed-hosts", f"127.0.0.1:{mcp.port}", *extra]

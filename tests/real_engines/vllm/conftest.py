@@ -219,11 +219,14 @@ def tokens_only(vllm_servers: dict[str, VLLM]) -> VLLM:
     return vllm_servers["tokens_only"]
 
 
+def gateway_with(engine: VLLM, tmp: pytest.TempPathFactory, *args: str) -> Gateway:
+    """Our server in front of ``engine``, with the tier's date and ``args``."""
+    return start_gateway(f"vllm:{engine.url}", args=["--current-date", "2026-12-01", *args], log_dir=tmp.mktemp("gw"))
+
+
 @pytest.fixture(scope="session")
 def gateway(completions: VLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    g = start_gateway(
-        f"vllm:{completions.url}", args=["--current-date", "2026-12-01"], log_dir=tmp_path_factory.mktemp("gw")
-    )
+    g = gateway_with(completions, tmp_path_factory)
     yield g
     g.stop()
 

@@ -18,26 +18,16 @@ import pytest
 
 from harmony_responses.vocab import load_encoding
 
-from ..gateway import Gateway, start_gateway
-from ..grammars import call
-from .conftest import VLLM
+from ..gateway import Gateway
+from ..grammars import GET, call
+from .conftest import VLLM, gateway_with
 
 MODEL = "gpt-oss-20b"
-GET = {
-    "type": "function",
-    "name": "get",
-    "description": "Look a thing up.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 @pytest.fixture(scope="module")
 def loose(completions: VLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    g = start_gateway(
-        f"vllm:{completions.url}",
-        args=["--current-date", "2026-12-01", "--constrain-recipients", "off"],
-        log_dir=tmp_path_factory.mktemp("gw-recipients-off"),
-    )
+    g = gateway_with(completions, tmp_path_factory, "--constrain-recipients", "off")
     yield g
     g.stop()
 

@@ -18,8 +18,8 @@ import pytest
 from harmony_responses.request.schema import instance_problem
 from tools.mcp_server import McpServerProcess
 
-from ..gateway import Gateway, start_gateway
-from .conftest import VLLM
+from ..gateway import Gateway
+from .conftest import VLLM, gateway_with
 
 MODEL = "gpt-oss-20b"
 CALL = (
@@ -30,16 +30,8 @@ CALL = (
 AFTER = "<|start|>calc.add to=assistant"
 
 
-@pytest.fixture(scope="module")
-def mcp() -> Iterator[McpServerProcess]:
-    server = McpServerProcess()
-    yield server
-    server.stop()
-
-
 def _gateway(completions: VLLM, mcp: McpServerProcess, tmp: pytest.TempPathFactory, *extra: str) -> Gateway:
-    args = ["--current-date", "2026-12-01", "--mcp-allowed-hosts", f"127.0.0.1:{mcp.port}", *extra]
-    return start_gateway(f"vllm:{completions.url}", args=args, log_dir=tmp.mktemp("gw-mcp"))
+    return gateway_with(completions, tmp, "--mcp-allowed-hosts", f"127.0.0.1:{mcp.port}", *extra)
 
 
 @pytest.fixture(scope="module")

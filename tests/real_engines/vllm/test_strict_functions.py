@@ -19,9 +19,9 @@ import pytest
 
 from harmony_responses.request.schema import instance_problem
 
-from ..gateway import Gateway, start_gateway
+from ..gateway import Gateway
 from ..grammars import TICKET, call
-from .conftest import VLLM
+from .conftest import VLLM, gateway_with
 
 MODEL = "gpt-oss-20b"
 SCRIPTED = '{"city": "Paris"}'
@@ -65,11 +65,7 @@ def matches(arguments: str, schema: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def unconstrained(completions: VLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    g = start_gateway(
-        f"vllm:{completions.url}",
-        args=["--current-date", "2026-12-01", "--constrain-function-arguments", "off"],
-        log_dir=tmp_path_factory.mktemp("gw-off"),
-    )
+    g = gateway_with(completions, tmp_path_factory, "--constrain-function-arguments", "off")
     yield g
     g.stop()
 
