@@ -604,34 +604,39 @@ class VectorStores:
         )
         return [(r[0], r[1], _loads(r[2])) for r in rows]
 
+    def _within(self, pairs: Sequence[tuple[str, str]], table: str = "") -> tuple[str, list[Any]]:
+        """SQL holding a chunk (of ``table``, a prefix such as ``c.``) to the pairs' stores and files, and its
+        parameters; the exact pairs are kept by the caller (a store and a file of different pairs match too)."""
+        in_stores, stores = self.db.one_of(f"{table}vector_store_id", sorted({s for s, _ in pairs}))
+        in_files, files = self.db.one_of(f"{table}file_id", sorted({f for _, f in pairs}))
+        return f"{in_stores} AND {in_files}", [stores, files]
+
     async def search(self, pairs: Sequence[tuple[str, str]], terms: Sequence[str], limit: int) -> list[Hit]:
         """The best ``limit`` chunks of the ``(vector_store_id, file_id)`` pairs for any of ``terms``."""
         if not pairs or not terms:
             return []
-        stores = sorted({s for s, _ in pairs})
-        files = sorted({f for _, f in pairs})
-        in_stores, store_param = self.db.one_of("vector_store_id", stores)
-        in_files, file_param = self.db.one_of("file_id", files)
         if self.db.postgres:
+            within, scope = self._within(pairs)
             # Each word a prefix-free lexeme of the english configuration; quoted so that no word is an operator.
             tsquery = " | ".join("'" + t.replace("'", "") + "'" for t in terms)
             sql = (
                 "SELECT vector_store_id, file_id, position, text, ts_rank_cd(tsv, q, 32) AS score "
                 "FROM chunks, to_tsquery('english', ?) q "
-                f"WHERE tsv @@ q AND {in_stores} AND {in_files} "
+                f"WHERE tsv @@ q AND {within} "
                 "ORDER BY score DESC, vector_store_id, file_id, position LIMIT ?"
             )
-            rows = await self.db.fetch(sql, tsquery, store_param, file_param, limit * 4)
+            rows = await self.db.fetch(sql, tsquery, *scope, limit * 4)
             hits = [Hit(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
         else:
+            within, scope = self._within(pairs, "c.")
             match = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
             sql = (
                 "SELECT c.vector_store_id, c.file_id, c.position, c.text, bm25(chunks_fts) AS rank "
                 "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-                f"WHERE chunks_fts MATCH ? AND c.{in_stores} AND c.{in_files} "
+                f"WHERE chunks_fts MATCH ? AND {within} "
                 "ORDER BY rank, c.vector_store_id, c.file_id, c.position LIMIT ?"
             )
-            rows = await self.db.fetch(sql, match, store_param, file_param, limit * 4)
+            rows = await self.db.fetch(sql, match, *scope, limit * 4)
             hits = [Hit(r[0], r[1], r[2], r[3], -float(r[4]) / (1 - float(r[4]))) for r in rows]
         wanted = set(pairs)
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
@@ -648,10 +653,7 @@ class VectorStores:
         to ``vector`` by cosine distance, nearest first; ``score`` is the cosine similarity."""
         if not pairs or not vector or self.vectors is None:
             return []
-        stores = sorted({s for s, _ in pairs})
-        files = sorted({f for _, f in pairs})
-        in_stores, store_param = self.db.one_of("c.vector_store_id", stores)
-        in_files, file_param = self.db.one_of("c.file_id", files)
+        within, scope = self._within(pairs, "c.")
         if self.db.postgres:
             schema = '"' + str(getattr(self.db.store, "vector_schema", "public")).replace('"', '""') + '"'
             distance = (
@@ -662,11 +664,11 @@ class VectorStores:
         sql = (
             f"SELECT c.vector_store_id, c.file_id, c.position, c.text, {distance} AS d "
             "FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
-            f"WHERE v.model = ? AND v.dims = ? AND {in_stores} AND {in_files} "
+            f"WHERE v.model = ? AND v.dims = ? AND {within} "
             "ORDER BY d, c.vector_store_id, c.file_id, c.position LIMIT ?"
         )
         value = self._vector_value(vector)
-        rows = await self.db.fetch(sql, value, model, len(vector), store_param, file_param, limit * 4)
+        rows = await self.db.fetch(sql, value, model, len(vector), *scope, limit * 4)
         wanted = set(pairs)
         hits = [Hit(r[0], r[1], r[2], r[3], 1.0 - float(r[4])) for r in rows]
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
