@@ -13,15 +13,16 @@ from typing import Any
 import orjson
 import pytest
 from openai import OpenAI
-from tests.engine.fakes import Scenario, VLLMFake, harmony, run_fake
-from tests.reliability.server_process import server_process
 from websockets.sync.client import connect
+
+from engine.fakes import Scenario, VLLMFake, harmony, run_fake
+from reliability.server_process import server_process
 
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
 # (after the skips: the receiver needs opentelemetry-proto)
-from tests.otlp_receiver import Span, children, named, receiver
+from otlp_receiver import Span, children, named, receiver
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
