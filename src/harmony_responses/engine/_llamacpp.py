@@ -46,7 +46,7 @@ from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote
 
-from ..tokens import TokenChunk, TokenLogprob
+from ..tokens import TokenLogprob
 from ..vocab import load_vocabulary
 from ._base import EngineMismatch, EngineProtocolError, EngineRefused
 from ._constrain import lazy_grammar
@@ -149,7 +149,7 @@ class _Reader(StreamReader):
         self.text = b""  # the last bytes of the generated text (what a missing id's cut is judged on)
         self.unsent = 0  # ids llama-server never sent (generation ended inside a character)
 
-    def feed(self, obj: Any) -> TokenChunk | None:
+    def feed(self, obj: Any) -> None:
         self.check_error(obj)
         ids = token_ids(obj.get("tokens") or [], "tokens")
         logprobs = None
@@ -173,7 +173,7 @@ class _Reader(StreamReader):
             self.text = (self.text + content.encode())[-4:] if isinstance(content, str) else b""
         if obj.get("stop"):
             self._finish(obj)
-        return self.chunk(ids, logprobs)
+        self.chunk(ids, logprobs)
 
     def _recover(self, content: Any, ids: list[int], gap: int) -> list[int]:
         vocabulary = load_vocabulary()

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ..tokens import TokenChunk, TokenLogprob
+from ..tokens import TokenLogprob
 from ._base import EngineError, EngineMismatch, EngineProtocolError, EngineRefused
 from ._constrain import structural_tag
 from ._http import (
@@ -66,7 +66,7 @@ class _Reader(StreamReader):
         super().__init__(*args)
         self.cumulative: bool | None = None  # decided at the first chunk that can tell
 
-    def feed(self, obj: Any) -> TokenChunk | None:
+    def feed(self, obj: Any) -> None:
         self.check_error(obj)
         meta = obj.get("meta_info") or {}
         out = token_ids(obj.get("output_ids") or [], "output_ids")
@@ -87,7 +87,7 @@ class _Reader(StreamReader):
         finish = meta.get("finish_reason")
         if finish:
             self._finish(finish)
-        return self.chunk(new, logprobs)
+        self.chunk(new, logprobs)
 
     def _logprobs(self, meta: dict[str, Any], have: int, new: list[int]) -> list[TokenLogprob] | None:
         values = meta.get("output_token_logprobs")

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from ..tokens import TokenChunk
+from ..vocab import VOCAB_SIZE
 from ._base import EngineMismatch, EngineProtocolError, EngineRefused
 from ._constrain import structural_tag
 from ._http import (
@@ -77,15 +77,18 @@ class CompletionsReader(StreamReader):
 
     null_stop_is_eos = True
 
-    def feed(self, obj: Any) -> TokenChunk | None:
-        self.check_error(obj)
+    def feed(self, obj: Any) -> None:
+        # Run once per streamed token: the error test is error_message's, inline for a dict (check_error
+        # decides what anything else is), and a chunk of one plain id skips token_ids' generator.
+        if obj.__class__ is not dict or obj.get("error") or obj.get("object") == "error":
+            self.check_error(obj)
         usage = obj.get("usage")
         if usage:
             details = usage.get("prompt_tokens_details") or {}
             self.cached_tokens = int(details.get("cached_tokens") or 0)
         choices = obj.get("choices")
         if not choices:
-            return None
+            return
         choice = choices[0]
         raw = choice.get("token_ids")
         if raw is None:
@@ -95,16 +98,22 @@ class CompletionsReader(StreamReader):
                     "(vLLM needs return_token_ids, 0.10.2 or newer)"
                 )
             raw = []
-        ids = token_ids(raw, "choices[0].token_ids")
+        if raw.__class__ is list and len(raw) == 1 and raw[0].__class__ is int and 0 <= raw[0] < VOCAB_SIZE:
+            ids = raw
+        else:
+            ids = token_ids(raw, "choices[0].token_ids")
         logprobs = None
         top = self.request.top_logprobs
-        lp = choice.get("logprobs")
-        if top is not None and ids and lp:
-            logprobs = parse_chat_logprobs(lp, ids, top) if "content" in lp else parse_completion_logprobs(lp, ids, top)
+        if top is not None and ids:
+            lp = choice.get("logprobs")
+            if lp:
+                logprobs = (
+                    parse_chat_logprobs(lp, ids, top) if "content" in lp else parse_completion_logprobs(lp, ids, top)
+                )
         finish = choice.get("finish_reason")
         if finish is not None:
             self._finish(finish, choice.get("stop_reason"), "stop_reason" in choice)
-        return self.chunk(ids, logprobs)
+        self.chunk(ids, logprobs)
 
     def _finish(self, finish: str, stop_reason: Any, said: bool = True) -> None:
         if finish == "stop":
