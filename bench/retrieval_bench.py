@@ -3,19 +3,22 @@
 Run: ``python bench/retrieval_bench.py DIR`` where DIR holds a test collection in one of two layouts:
 
 * BEIR (``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``), e.g. SciFact; for the BEIR collections
-  named in ``PUBLISHED`` the BM25 figure of the BEIR paper is printed beside ours;
+  named in ``PUBLISHED`` the BM25 figures of the BEIR paper and of Anserini's regressions are printed beside
+  ours (the folder's name says which collection it is: ``scifact``, ``nfcorpus``, ...);
 * Cranfield as its authors distribute it (``cran.all.1400``, ``cran.qry``, ``cranqrel``).
 
 No package on PyPI or npm ships such a collection with its documents (``ir_datasets`` and ``beir`` download
-them at run time, which this machine cannot; see docs/tools/file-search.md, "Quality and speed"), so the
-bench reads a copy the caller already has and downloads nothing.
+them at run time), so the bench reads a copy the caller already has and downloads nothing;
+docs/tools/file-search.md ("Quality and speed") says where the SciFact copy measured there came from.
 
 A server runs as a subprocess (``--store`` as given, else a SQLite file in a temporary folder); every
 document is uploaded as one ``.txt`` file (title, a blank line, text) through ``/v1/files`` with the openai
 client, attached with ``file_batches`` (default ``auto`` chunking) and waited for; each query is a
 ``vector_stores.search`` for 50 chunks, ranked to documents by their best chunk. ``--embeddings URL`` runs it
-again on a server given that embedding engine (hybrid ranking); ``bench/_wordllama_embeddings.py`` serves the
-one small embedding model a package ships with its weights.
+again on a server given that embedding engine: hybrid ranking (the default weights), then the vectors alone
+(``ranking_options.hybrid_search`` with ``text_weight`` 0) on the same ingestion, which says what the embedding
+model brings to the fusion; ``bench/_wordllama_embeddings.py`` serves the one small embedding model a package
+ships with its weights.
 
 Beside ours the bench prints a reference BM25 computed here over whole documents (Okapi BM25, k1=0.9,
 b=0.4 — Anserini's defaults — on lower-cased words, no stemming), so that a gap between the two says what
@@ -47,6 +50,10 @@ from server_bench import BIN, free_port
 # BM25 nDCG@10 on each collection's test split, BEIR paper (Thakur et al., NeurIPS 2021 Datasets and
 # Benchmarks, arXiv:2104.08663), Table 2 (Elasticsearch BM25 over title + text).
 PUBLISHED = {"scifact": 0.665, "nfcorpus": 0.325, "fiqa": 0.236, "arguana": 0.315, "scidocs": 0.158}
+# BM25 "flat" nDCG@10 of Anserini's BEIR v1.0.0 regressions (docs/regressions-beir-v1.0.0-*-flat.md: Lucene,
+# k1=0.9 b=0.4, title and text concatenated into one field, English analyzer with Porter stemming): the
+# published configuration nearest this bench's, which uploads title and text as one file's text.
+ANSERINI_FLAT = {"scifact": 0.679, "nfcorpus": 0.322, "fiqa": 0.236, "arguana": 0.397, "scidocs": 0.149}
 CANDIDATES = 50
 WORD = re.compile(r"\w+")
 
@@ -133,7 +140,11 @@ def reference_bm25(docs: Docs, queries: dict[str, str], k1: float = 0.9, b: floa
     return runs
 
 
-def server_runs(docs: Docs, queries: dict[str, str], store: str | None, embeddings: str | None) -> tuple[dict, dict]:
+def server_runs(
+    docs: Docs, queries: dict[str, str], store: str | None, embeddings: str | None, searches: dict[str, dict | None]
+) -> tuple[dict[str, dict[str, list[str]]], dict[str, float]]:
+    """One server, the collection ingested once, then each of ``searches`` (a label: the search's extra body, such
+    as hybrid weights) over every query: the ten documents each found, by label, and the timings."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="retrieval-bench-"))
     argv = [str(BIN / "harmony-responses"), "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -176,23 +187,31 @@ def server_runs(docs: Docs, queries: dict[str, str], store: str | None, embeddin
                 raise RuntimeError(f"ingestion: {batch.file_counts}")
         ingested = time.monotonic() - started
 
-        def search(item: tuple[str, str]) -> tuple[str, list[str], float]:
-            q, text = item
-            t0 = time.monotonic()
-            try:
-                page = client.vector_stores.search(store_id, query=text, max_num_results=CANDIDATES)
-            except openai.APIStatusError as exc:
-                raise RuntimeError(f"query {q} ({text!r}): {exc} (the server's log: {workdir}/server.log)") from None
-            ranked = list(dict.fromkeys(doc_of[hit.file_id] for hit in page.data))
-            return q, ranked[:10], time.monotonic() - t0
+        runs: dict[str, dict[str, list[str]]] = {}
+        timing = {"ingest_s": ingested}
+        for label, extra in searches.items():
 
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            found = list(pool.map(search, queries.items()))
+            def search(item: tuple[str, str], extra: dict | None = extra) -> tuple[str, list[str], float]:
+                q, text = item
+                t0 = time.monotonic()
+                try:
+                    page = client.vector_stores.search(
+                        store_id, query=text, max_num_results=CANDIDATES, extra_body=extra
+                    )
+                except openai.APIStatusError as exc:
+                    log_at = f"the server's log: {workdir}/server.log"
+                    raise RuntimeError(f"query {q} ({text!r}): {exc} ({log_at})") from None
+                ranked = list(dict.fromkeys(doc_of[hit.file_id] for hit in page.data))
+                return q, ranked[:10], time.monotonic() - t0
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                found = list(pool.map(search, queries.items()))
+            latencies = sorted(t for _, _, t in found)
+            timing[label] = 1000 * latencies[len(latencies) // 2]
+            runs[label] = {q: ranked for q, ranked, _ in found}
         client.close()
-        latencies = sorted(t for _, _, t in found)
-        timing = {"ingest_s": ingested, "search_p50_ms": 1000 * latencies[len(latencies) // 2]}
         ok = True  # the folder (store, server log) is removed; after a failure it stays, to be read
-        return {q: ranked for q, ranked, _ in found}, timing
+        return runs, timing
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -227,13 +246,21 @@ def main() -> None:
     qrels = {q: j for q, j in qrels.items() if q in queries and any(g > 0 for g in j.values())}
     print(f"{name}: {len(docs)} documents, {len(qrels)} judged queries")
     rows = [("reference BM25 (whole documents, k1=0.9 b=0.4)", *score(reference_bm25(docs, queries), qrels), "")]
-    modes = [("file_search BM25", None)] + ([("file_search hybrid", args.embeddings)] if args.embeddings else [])
-    for label, embeddings in modes:
-        runs, timing = server_runs(docs, queries, args.store, embeddings)
-        note = f"ingest {timing['ingest_s']:.0f} s, search p50 {timing['search_p50_ms']:.0f} ms"
-        rows.append((label, *score(runs, qrels), note))
+    servers: list[tuple[str | None, dict[str, dict | None]]] = [(None, {"file_search BM25": None})]
+    if args.embeddings:
+        # The hybrid server's default (embedding_weight and text_weight 1), then its vectors alone
+        # (text_weight 0): what the embedding model brings to the fusion on its own.
+        alone = {"ranking_options": {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}}
+        servers.append((args.embeddings, {"file_search hybrid": None, "file_search embeddings only": alone}))
+    for embeddings, searches in servers:
+        runs, timing = server_runs(docs, queries, args.store, embeddings, searches)
+        for label in searches:
+            note = f"ingest {timing['ingest_s']:.0f} s, search p50 {timing[label]:.0f} ms"
+            rows.append((label, *score(runs[label], qrels), note))
     if name in PUBLISHED:
         rows.append(("published BM25 (BEIR paper, Table 2)", PUBLISHED[name], math.nan, ""))
+    if name in ANSERINI_FLAT:
+        rows.append(("published BM25 flat (Anserini BEIR regressions)", ANSERINI_FLAT[name], math.nan, ""))
     print(f"{'':50} {'nDCG@10':>8} {'R@10':>6}")
     for label, ndcg, recall, note in rows:
         r = "" if math.isnan(recall) else f"{recall:.3f}"
