@@ -3,14 +3,25 @@
 PostgreSQL comes from ``scripts/postgres`` (a private cluster on 127.0.0.1, installed and started by the
 project's own setup), or from ``HARMONY_TEST_POSTGRES_URL`` when ``scripts/test`` has started it already.
 Each test gets its own schema (``?search_path=``), so tests never see each other's rows.
+
+Debian's PostgreSQL has no pgvector (its apt has no package of it), so the tests that rank by vectors also
+ask for ``store_spec`` ``"pgvector"``: a cluster of the PostgreSQL the ``pgserver`` wheel ships, which has it
+(``scripts/postgres pgvector``, in a directory of its own, started once per session and stopped at its
+end), or ``HARMONY_TEST_PGVECTOR_URL``. Only its binaries run, never pgserver's Python.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
+import platform
 import secrets
+import shutil
 import subprocess
+import sys
+import tempfile
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +47,44 @@ def postgres_url() -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
+def _pgserver_requirement() -> str:
+    """The test extra's pgserver requirement, its marker saying where the wheel exists."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    [requirement] = [r for r in extra if r.startswith("pgserver")]
+    return requirement
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    url = os.environ.get("HARMONY_TEST_PGVECTOR_URL")
+    if url:
+        yield url
+        return
+    if importlib.util.find_spec("pgserver") is None:
+        from packaging.requirements import Requirement
+
+        requirement = Requirement(_pgserver_requirement())
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            pytest.skip(
+                f"no pgserver wheel (PostgreSQL with pgvector) for Python {sys.version_info.major}."
+                f"{sys.version_info.minor} on {sys.platform}/{platform.machine()}: {requirement}"
+            )
+        pytest.fail("pgserver (the test extra's PostgreSQL with pgvector) is not installed: scripts/install")
+    # Not under pytest's tmp_path: its parents are the runner's alone, and as root the cluster is the
+    # 'postgres' user's (scripts/postgres).
+    where = tempfile.mkdtemp(prefix="harmony-responses-pgvector-")
+    env = {**os.environ, "HARMONY_TEST_PG_DIR": where, "PYTHON": sys.executable}
+    script = str(ROOT / "scripts" / "postgres")
+    try:
+        result = subprocess.run([script, "pgvector"], capture_output=True, text=True, timeout=600, env=env)
+        if result.returncode != 0:
+            pytest.fail(f"scripts/postgres pgvector could not start PostgreSQL:\n{result.stderr}")
+        yield result.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([script, "pgvector", "stop"], capture_output=True, timeout=120, env=env)
+        shutil.rmtree(where, ignore_errors=True)
+
+
 async def _schema(url: str, sql: str) -> None:
     import asyncpg
 
@@ -48,11 +97,12 @@ async def _schema(url: str, sql: str) -> None:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty store: a SQLite file, or a PostgreSQL schema of its own."""
+    """A fresh, empty store: a SQLite file, or a PostgreSQL schema of its own (``"pgvector"``, asked for by
+    name: on the PostgreSQL with pgvector)."""
     if request.param == "sqlite":
         yield f"sqlite:{tmp_path / 'responses.sqlite3'}"
         return
-    url = request.getfixturevalue("postgres_url")
+    url = request.getfixturevalue("pgvector_url" if request.param == "pgvector" else "postgres_url")
     schema = f"t_{secrets.token_hex(6)}"
     asyncio.run(_schema(url, f"CREATE SCHEMA {schema}"))
     yield f"{url}?search_path={schema}"

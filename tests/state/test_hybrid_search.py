@@ -3,6 +3,8 @@ embeddings server (``embeddings_server.py``: concept vectors, so a paraphrase sh
 
 On SQLite the vectors are kept and compared by sqlite-vec; on PostgreSQL by pgvector when the database has it,
 and otherwise the server says at start-up that it ranks by full text only, and does (no embedding asked for).
+The tests that rank by vectors run on the three (``EVERY_STORE``): SQLite, the suite's PostgreSQL (Debian's,
+without pgvector: the fallback) and the one with pgvector (``store_spec`` ``"pgvector"``, see conftest.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ DOCS = {
     "volcano.txt": b"Mount Etna is an active stratovolcano on the east coast of Sicily.",
 }
 PARAPHRASE = "automobile lubricant"  # no word of car.txt (nor of its stems): only its vector is near
+EVERY_STORE = pytest.mark.parametrize("store_spec", ["sqlite", "postgresql", "pgvector"], indirect=True)
 
 
 @pytest.fixture
@@ -65,6 +68,15 @@ def _vectors(live: Any) -> str | None:
     return live.app.state.server.stored.store.vectors
 
 
+def _full_text_only(live: Any, request: pytest.FixtureRequest) -> bool:
+    """Whether a server started with ``--embeddings`` got no vectors: only ever on the PostgreSQL without
+    pgvector (the one with it, and SQLite with sqlite-vec, must have them)."""
+    if _vectors(live) is not None:
+        return False
+    assert request.node.callspec.params["store_spec"] == "postgresql", live.app.state.server.stored.store.no_vectors
+    return True
+
+
 def _counts(store_spec: str, store_id: str) -> dict[int, int]:
     """The store's vectors by dimension, read through a store of its own on the same database."""
 
@@ -79,17 +91,21 @@ def _counts(store_spec: str, store_id: str) -> dict[int, int]:
     return asyncio.run(read())
 
 
+@EVERY_STORE
 def test_a_paraphrase_is_found_by_its_vector(
-    serve: Serve, embeddings: EmbeddingsServer, caplog: pytest.LogCaptureFixture, store_spec: str
+    serve: Serve,
+    embeddings: EmbeddingsServer,
+    caplog: pytest.LogCaptureFixture,
+    store_spec: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     with caplog.at_level(logging.INFO, logger="harmony_responses.run"):
         live = serve([ANSWER], embeddings=embeddings.url)
     said = [r.getMessage() for r in caplog.records if "file_search:" in r.getMessage()]
     client = openai_client(live)
     store_id, ids = _upload(client, DOCS)
-    if _vectors(live) is None:
+    if _full_text_only(live, request):
         # PostgreSQL without pgvector: said once at start-up, and full text only (nothing embedded).
-        assert store_spec.startswith("postgres")
         assert len(said) == 1 and "full-text retrieval only" in said[0] and "pgvector" in said[0], said
         assert _search(client, store_id, PARAPHRASE) == []
         assert [r.file_id for r in _search(client, store_id, "engine oil")] == [ids["car.txt"]]
@@ -204,8 +220,9 @@ def test_the_guide_s_embedding_server_recipe_is_what_the_tier_runs() -> None:
     assert Embeddings(config.embeddings).url == f"http://127.0.0.1:{port}/v1/embeddings"
 
 
+@EVERY_STORE
 def test_a_response_s_file_search_ranks_hybrid_with_the_tool_s_weights(
-    serve: Serve, embeddings: EmbeddingsServer
+    serve: Serve, embeddings: EmbeddingsServer, request: pytest.FixtureRequest
 ) -> None:
     search = (
         "<|channel|>analysis<|message|>Search.<|end|><|start|>assistant<|channel|>analysis to=file_search.msearch "
@@ -225,7 +242,7 @@ def test_a_response_s_file_search_ranks_hybrid_with_the_tool_s_weights(
     assert response.status == "completed", response.error
     call = next(item for item in response.output if item.type == "file_search_call")
     assert call.queries == [PARAPHRASE] and call.results is not None
-    if _vectors(live) is None:  # PostgreSQL without pgvector: full text, which finds nothing here
+    if _full_text_only(live, request):  # full text, which finds nothing here
         assert call.results == []
         return
     assert call.results[0].file_id == ids["car.txt"] and call.results[0].score == pytest.approx(1.0)
@@ -307,15 +324,16 @@ def test_sqlite_without_sqlite_vec_says_so_and_ranks_by_full_text(
     assert embeddings.requests == []
 
 
+@EVERY_STORE
 def test_files_ingested_before_embeddings_get_their_vectors_in_the_background(
-    serve: Serve, embeddings: EmbeddingsServer, store_spec: str
+    serve: Serve, embeddings: EmbeddingsServer, store_spec: str, request: pytest.FixtureRequest
 ) -> None:
     before = serve([ANSWER])
     store_id, ids = _upload(openai_client(before), DOCS)
     before.stop()
     after = serve([ANSWER], embeddings=embeddings.url)
     client = openai_client(after)
-    if _vectors(after) is None:  # PostgreSQL without pgvector: nothing to fill in
+    if _full_text_only(after, request):  # nothing to fill in
         assert embeddings.requests == []
         return
     deadline = time.monotonic() + 30
