@@ -41,12 +41,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import re
+import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -427,6 +429,18 @@ class StreamReader(abc.ABC):
         return taken
 
 
+def _current_task_getter(loop: asyncio.AbstractEventLoop) -> Callable[[], asyncio.Task[Any] | None]:
+    """``asyncio.current_task`` for ``loop``, as cheap as it can be had: the stream loop asks it after every
+    chunk it yields. On Python 3.11 it is a Python function (its running-loop lookup and dict read showed as
+    ~4 % of the server's CPU on paced streams, one token per chunk); the dict it reads is taken directly there.
+    From 3.12 it is C."""
+    if sys.version_info < (3, 12):
+        tasks = getattr(asyncio.tasks, "_current_tasks", None)
+        if isinstance(tasks, dict):
+            return functools.partial(tasks.get, loop)
+    return asyncio.current_task
+
+
 class _Watchdog:
     """Cancels the stream's task when the engine is silent too long (see the module docstring)."""
 
@@ -696,7 +710,7 @@ class HTTPEngine(Engine):
         response: Answer | None = None
         watchdog = _Watchdog(self.options.first_token_timeout, self.options.stall_timeout)
         loop_time = watchdog.loop.time
-        current_task = asyncio.current_task
+        current_task = _current_task_getter(watchdog.loop)
         try:
             try:
                 with map_errors(label):
