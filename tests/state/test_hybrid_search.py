@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import logging
 import shlex
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import openai
 import pytest
@@ -26,6 +27,7 @@ from api.helpers import ANSWER, MODEL, openai_client
 from guide import ROOT, blocks
 from harmony_responses.serve.cli import add_serve_arguments, config_from_args
 from harmony_responses.store import _sqlite_vec, store_from_spec, vector_stores_of
+from harmony_responses.store._vector_stores import VectorStores
 from harmony_responses.tools.file_search import Embeddings, _embeddings
 
 from .conftest import Serve
@@ -39,6 +41,8 @@ DOCS = {
 }
 PARAPHRASE = "automobile lubricant"  # no word of car.txt (nor of its stems): only its vector is near
 EVERY_STORE = pytest.mark.parametrize("store_spec", ["sqlite", "postgresql", "pgvector"], indirect=True)
+WITH_VECTORS = pytest.mark.parametrize("store_spec", ["sqlite", "pgvector"], indirect=True)
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -77,18 +81,32 @@ def _full_text_only(live: Any, request: pytest.FixtureRequest) -> bool:
     return True
 
 
-def _counts(store_spec: str, store_id: str) -> dict[int, int]:
-    """The store's vectors by dimension, read through a store of its own on the same database."""
+def _read(store_spec: str, read: Callable[[VectorStores], Awaitable[T]]) -> T:
+    """``read`` of the vector stores, through a store of its own on the same database."""
 
-    async def read() -> dict[int, int]:
+    async def run() -> T:
         store = store_from_spec(store_spec)
         await store.open()
         try:
-            return await vector_stores_of(store).vector_counts(store_id)
+            return await read(vector_stores_of(store))
         finally:
             await store.aclose()
 
-    return asyncio.run(read())
+    return asyncio.run(run())
+
+
+def _counts(store_spec: str, store_id: str) -> dict[int, int]:
+    """The store's vectors by dimension."""
+    return _read(store_spec, lambda stores: stores.vector_counts(store_id))
+
+
+def _every_vector(store_spec: str) -> int:
+    """How many vectors the database keeps, of any store or none (a chunk gone must take its vector)."""
+
+    async def count(stores: VectorStores) -> int:
+        return int((await stores.db.fetch("SELECT count(*) FROM chunk_vectors"))[0][0])
+
+    return _read(store_spec, count)
 
 
 @EVERY_STORE
@@ -371,3 +389,84 @@ def test_an_embedding_server_answering_no_vectors_fails_the_file(
     )
     assert done.status == "failed" and done.last_error is not None and done.last_error.code == "server_error"
     assert said in done.last_error.message, done.last_error.message
+
+
+@WITH_VECTORS
+def test_what_deletes_a_chunk_deletes_its_vector(serve: Serve, embeddings: EmbeddingsServer, store_spec: str) -> None:
+    live = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(live)
+    store_id, ids = _upload(client, DOCS)
+    other_id, _ = _upload(client, {"otters.md": DOCS["otters.md"]})
+    assert _every_vector(store_spec) == 4
+    # The file deleted (from every store it is in), then a store deleted: their vectors go with their chunks.
+    client.files.delete(ids["car.txt"])
+    assert _every_vector(store_spec) == 3
+    assert [r.file_id for r in _search(client, store_id, PARAPHRASE)] != [ids["car.txt"]]
+    client.vector_stores.delete(store_id)
+    deadline = time.monotonic() + 30  # a store's chunks may go with the maintenance's purge
+    while _every_vector(store_spec) != 1:
+        assert time.monotonic() < deadline, f"{_every_vector(store_spec)} vectors left of the deleted store's 2"
+        time.sleep(0.05)
+    assert [r.file_id for r in _search(client, other_id, "otters sleeping")]
+    live.stop()
+    # --retention: the files and stores it deletes take their vectors too.
+    short = serve([ANSWER], embeddings=embeddings.url, retention=4.0)
+    _upload(openai_client(short), {"volcano.txt": DOCS["volcano.txt"]})
+    assert _every_vector(store_spec) == 2
+    deadline = time.monotonic() + 60  # a bound on a wait for the purge, not a timing assertion
+    while _every_vector(store_spec) != 0:
+        assert time.monotonic() < deadline, f"retention left {_every_vector(store_spec)} vectors"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("store_spec", ["pgvector"], indirect=True)
+def test_two_gateways_creating_pgvector_together_both_rank_by_it(
+    serve: Serve, embeddings: EmbeddingsServer, store_spec: str
+) -> None:
+    import asyncpg
+
+    # Another session's CREATE EXTENSION, not yet committed, holds both gateways' own (each of which runs its
+    # migrations first): when it commits, both find theirs refused as a duplicate, and must find it made.
+    loop = asyncio.new_event_loop()
+    holder = loop.run_until_complete(asyncpg.connect(store_spec))
+    watcher = loop.run_until_complete(asyncpg.connect(store_spec))
+    try:
+        held = holder.transaction()
+        loop.run_until_complete(held.start())
+        loop.run_until_complete(holder.execute("CREATE EXTENSION vector"))
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            starting = [pool.submit(serve, [ANSWER], embeddings=embeddings.url) for _ in range(2)]
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query ILIKE 'CREATE EXTENSION%'"
+            )
+            deadline = time.monotonic() + 30
+            while loop.run_until_complete(watcher.fetchval(waiting)) != 2:
+                assert time.monotonic() < deadline, "the gateways never waited on the extension"
+                assert not any(f.done() for f in starting), [f.exception() for f in starting if f.done()]
+                time.sleep(0.02)
+            loop.run_until_complete(held.commit())
+            first, second = (f.result(timeout=60) for f in starting)
+    finally:
+        for conn in (holder, watcher):
+            loop.run_until_complete(conn.close())
+        loop.close()
+    assert _vectors(first) is not None and _vectors(first) == _vectors(second)
+    assert _vectors(first).startswith("pgvector")  # type: ignore[union-attr]
+    # One database: what one ingested, the other finds by its vector.
+    store_id, ids = _upload(openai_client(first), DOCS)
+    assert _search(openai_client(second), store_id, PARAPHRASE)[0].file_id == ids["car.txt"]
+
+
+@WITH_VECTORS
+def test_a_vector_of_zeros_is_near_nothing(serve: Serve, embeddings: EmbeddingsServer) -> None:
+    # The embeddings server's vector of a text with no word is all zeros: no direction, so no cosine distance.
+    live = serve([ANSWER], embeddings=embeddings.url)
+    client = openai_client(live)
+    store_id, ids = _upload(client, {**DOCS, "marks.txt": b"?! -- ... ?!"})
+    assert _search(client, store_id, "?!?") == []  # a 200, not a 500
+    assert embeddings.requests[-1]["input"] == ["?!?"]
+    # The chunk without a direction is near no query: the paraphrase still finds its file first, by its vector.
+    vector_only = {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}}
+    found = _search(client, store_id, PARAPHRASE, extra_body={"ranking_options": vector_only})
+    assert found[0].file_id == ids["car.txt"] and ids["marks.txt"] not in {r.file_id for r in found}

@@ -650,8 +650,11 @@ class VectorStores:
         self, pairs: Sequence[tuple[str, str]], vector: Sequence[float], model: str, limit: int
     ) -> list[Hit]:
         """The ``limit`` chunks of the pairs whose vectors (of ``model``, of ``vector``'s dimension) are nearest
-        to ``vector`` by cosine distance, nearest first; ``score`` is the cosine similarity."""
-        if not pairs or not vector or self.vectors is None:
+        to ``vector`` by cosine distance, nearest first; ``score`` is the cosine similarity.
+
+        A vector of zeros has no direction, so no distance (sqlite-vec answers NULL, pgvector NaN): such a
+        query is near nothing, and such a chunk is near no query (found by its words only)."""
+        if not pairs or not any(vector) or self.vectors is None:
             return []
         within, scope = self._within(pairs, "c.")
         if self.db.postgres:
@@ -659,13 +662,16 @@ class VectorStores:
             distance = (
                 f"CAST(v.data AS {schema}.vector) OPERATOR({schema}.<=>) CAST(CAST(? AS REAL[]) AS {schema}.vector)"
             )
+            defined = "d <> 'NaN'"  # NULL is not either
         else:
             distance = "vec_distance_cosine(v.data, ?)"
+            defined = "d IS NOT NULL"
         sql = (
+            "SELECT * FROM ("
             f"SELECT c.vector_store_id, c.file_id, c.position, c.text, {distance} AS d "
             "FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
-            f"WHERE v.model = ? AND v.dims = ? AND {within} "
-            "ORDER BY d, c.vector_store_id, c.file_id, c.position LIMIT ?"
+            f"WHERE v.model = ? AND v.dims = ? AND {within}) near "
+            f"WHERE {defined} ORDER BY d, vector_store_id, file_id, position LIMIT ?"
         )
         value = self._vector_value(vector)
         rows = await self.db.fetch(sql, value, model, len(vector), *scope, limit * 4)
