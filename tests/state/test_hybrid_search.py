@@ -269,7 +269,7 @@ def test_a_response_s_file_search_ranks_hybrid_with_the_tool_s_weights(
     assert [(a.type, a.file_id) for a in message.content[0].annotations] == [("file_citation", ids["car.txt"])]
 
 
-@pytest.mark.parametrize("store_spec", ["sqlite"], indirect=True)
+@WITH_VECTORS
 def test_a_store_from_before_vectors_opens_with_embeddings_and_fills_them_in(
     serve: Serve, embeddings: EmbeddingsServer, store_spec: str
 ) -> None:
@@ -278,10 +278,14 @@ def test_a_store_from_before_vectors_opens_with_embeddings_and_fills_them_in(
     client = openai_client(before)
     store_id, ids = _upload(client, {"car.txt": DOCS["car.txt"]})
     before.stop()
-    with sqlite3.connect(store_spec.partition(":")[2]) as conn:
-        conn.execute("DROP TRIGGER chunk_vectors_removed")
-        conn.execute("DROP TABLE chunk_vectors")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 9")
+    if store_spec.startswith("sqlite"):
+        with sqlite3.connect(store_spec.partition(":")[2]) as conn:
+            conn.execute("DROP TRIGGER chunk_vectors_removed")
+            conn.execute("DROP TABLE chunk_vectors")
+            conn.execute("DELETE FROM schema_migrations WHERE version = 9")
+    else:
+        undo = [("DROP TABLE chunk_vectors", ()), ("DELETE FROM schema_migrations WHERE version = 9", ())]
+        _read(store_spec, lambda stores: stores.db.transaction(undo))
     after = serve([ANSWER], embeddings=embeddings.url)
     client = openai_client(after)
     assert _vectors(after) is not None
