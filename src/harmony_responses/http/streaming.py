@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 from ..errors import APIError, store_unavailable
 from ..metrics import STREAMS_IN_FLIGHT
 from ..run import ResponseRun, StoredRun
+from ..run.loop import TERMINAL_EVENTS
 from ..run.turns import Turns, current_start, end_start
 from ..sse import encode_event, ends_response
 from .errors import error_response, json_response
@@ -287,8 +288,14 @@ class RunResponse:
                 async for batch in batches:
                     turns.arrived()
                     # A stored run (live.StoredRun) hands over its events already framed, as they were logged.
-                    body = batch if isinstance(batch, bytes) else b"".join([encode_event(e) for e in batch])
-                    last = ends_response(body)  # sent with the end of the body, by whichever writes it
+                    # Whether the body ends the response (sent with the end of the body, by whichever writes it)
+                    # is read off its last event, or its last frame.
+                    if isinstance(batch, bytes):
+                        body = batch
+                        last = ends_response(body)
+                    else:
+                        body = b"".join([encode_event(e) for e in batch])
+                        last = bool(batch) and batch[-1]["type"] in TERMINAL_EVENTS
                     if not handed and start is not None:
                         if not last and start.active and DELTA_FRAME not in body:
                             if not held:
@@ -321,7 +328,8 @@ class RunResponse:
                     if opening:  # the first delta handed on: holdable (run/turns.py)
                         handed = True
                         turns.handed_first_delta()
-                    await turns.done()
+                    if turns.due():
+                        await turns.take_turn()
         except Exception:
             # A bug after the stream started: the status is sent, so all we can do is end the body.
             logger.exception("response stream failed after it started")

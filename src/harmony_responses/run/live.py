@@ -315,8 +315,8 @@ async def produce(live: LiveResponse, run: ResponseRun, *, queued: bool = False)
                     # Too far ahead of the log: let the writer catch up (see MAX_LEAD).
                     await live.wait_beyond(len(live.types) - MAX_LEAD // 2)
                     turns.waited()
-                else:
-                    await turns.done()
+                elif turns.due():
+                    await turns.take_turn()
     except asyncio.CancelledError:
         if live.stop_reason is None:
             live.stop_reason = "shutdown"

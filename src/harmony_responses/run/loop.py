@@ -91,6 +91,7 @@ _START, _CHANNEL, _MESSAGE, _END, _RETURN, _CALL = 200006, 200005, 200008, 20000
 # Tokens that may follow a call's content in the generated ids (its terminator, or the next header the model
 # began without one); the splice replaces them with <|call|>.
 _AFTER_CALL = frozenset({_START, _CHANNEL, _END, _RETURN, _CALL})
+_CLOSED, _AWAIT_TOOL, _STOPPED = State.CLOSED, State.AWAIT_TOOL, State.STOPPED
 # Past max_tool_calls, the model is told once; a further call ends the response (module docstring).
 MAX_REFUSED_CALLS = 1
 SHUTDOWN_MESSAGE = "The server shut down before the response finished; its output so far is kept."
@@ -350,8 +351,10 @@ class ResponseRun:
         """One engine call through the translator, until it ends or makes a built-in tool call."""
         t = self.translator
         start = current_start()
+        traced: list[Event] = []  # a traced run's events of this chunk's tokens (Recorder.feed)
         while True:
-            traced: list[Event] = []  # a traced run's events of this chunk's tokens (Recorder.feed)
+            if traced:
+                traced = []
             if item is _BUFFERED:
                 pass  # tokens of an earlier chunk the translator still holds (below)
             elif isinstance(item, TokenChunk):
@@ -413,11 +416,13 @@ class ResponseRun:
             if t.buffered:
                 item = _BUFFERED
                 continue
-            if t.closed:
+            # t.closed and t.pending_tool_call, read through the state once: this runs once per engine chunk.
+            state = t.state
+            if state is _CLOSED:
                 return  # the translator failed the response on bad model output: the rest is moot
-            if t.pending_tool_call is not None:
+            if state is _AWAIT_TOOL and t.pending_tool_call is not None:
                 return  # the engine call ends at the call; the tool loop takes over
-            if t.state is State.STOPPED and self._generated[-1:] not in ([_CALL], [_RETURN]):
+            if state is _STOPPED and self._generated[-1:] not in ([_CALL], [_RETURN]):
                 # The model's turn ended without a stop token (it began writing a tool result or a user turn
                 # itself): the engine would go on writing what is not the assistant's. Stop it and end here.
                 await self._close_stream()
@@ -425,7 +430,7 @@ class ResponseRun:
                 self._usage_seen = True
                 t.receive_end("stop")
                 return
-            if await self._end_for_shutdown():
+            if self._shutting_down and await self._end_for_shutdown():
                 events = t.events()
                 if events:
                     yield self._finish(events)

@@ -451,6 +451,9 @@ def starting() -> Iterator[Start]:
         _current.reset(token)
 
 
+_HOLD, _YIELD = object(), object()
+
+
 class Turns:
     """Call ``arrived()`` when a batch comes in and ``await done()`` when it has been handed on."""
 
@@ -462,6 +465,7 @@ class Turns:
         self._fresh = True  # the batch being handled came after a wait
         self._handed = False  # the request's first delta has been handed on (written or about to be)
         self._reading = reading_here()  # the engine connection its batches come from, paused while held
+        self._owed: object = None  # what due() found the producer owes take_turn(): _HOLD, _YIELD or None
 
     def arrived(self) -> None:
         now = self._clock()
@@ -485,29 +489,45 @@ class Turns:
         self._handed = True
 
     async def done(self) -> None:
+        if self.due():
+            await self.take_turn()
+
+    def due(self) -> bool:
+        """The batch has been handed on: whether the producer owes a turn, to ``await take_turn()`` at once
+        (``done`` in two halves, so that a producer pays for a coroutine only when it has a turn to give: most
+        batches have none)."""
         now = self._ended = self._clock()
         start = self._start
-        traffic = self._traffic
         if (
             (start is None or start.delivered or self._handed)
-            and (not self._fresh or traffic.lane.queued)
-            and traffic.holding()
+            and (not self._fresh or self._traffic.lane.queued)
+            and self._traffic.holding()
         ):
-            _HELD.inc()
-            self._reading.pause()
-            try:
-                await traffic.hold()  # another request is starting: it goes first
-            finally:
-                self._reading.resume()
-                _HELD.dec()
-            self.waited()
+            self._owed = _HOLD
         elif start is not None and start.active and self._handed and not self._fresh:
             # Starting, the first delta handed on, and the next batch may be waiting already: let the writer
             # send it first. Before it, no yield: the batches before the first delta (response.created,
             # the first item's opening) go out in the same write as it, a loop turn sooner. After a fresh
             # batch the producer waits for its engine next, which gives the writer its turn anyway.
-            await asyncio.sleep(0)
-            self.waited()
+            self._owed = _YIELD
         elif now - self._since >= YIELD_INTERVAL:
+            self._owed = _YIELD
+        else:
+            return False
+        return True
+
+    async def take_turn(self) -> None:
+        """The turn ``due`` found owed: held while another request starts, or one loop turn."""
+        owed, self._owed = self._owed, None
+        if owed is _HOLD:
+            _HELD.inc()
+            self._reading.pause()
+            try:
+                await self._traffic.hold()  # another request is starting: it goes first
+            finally:
+                self._reading.resume()
+                _HELD.dec()
+            self.waited()
+        elif owed is _YIELD:
             await asyncio.sleep(0)
             self.waited()
