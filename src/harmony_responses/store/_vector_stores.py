@@ -24,6 +24,7 @@ Most SQL here is written once for both databases (``?`` placeholders, turned int
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import sqlite3
 import struct
@@ -163,9 +164,17 @@ class _Database:
             return f"{column} = ANY(CAST(? AS TEXT[]))", list(values)
         return f"{column} IN (SELECT value FROM json_each(?))", orjson.dumps(list(values)).decode()
 
-    async def fetch(self, sql: str, *params: Any) -> list[Any]:
+    async def fetch(self, sql: str, *params: Any, planned_each_time: bool = False) -> list[Any]:
+        """The rows of ``sql``. ``planned_each_time``: PostgreSQL plans it for these parameters at every run
+        (``plan_cache_mode``), never with the generic plan it otherwise settles on for a prepared statement
+        after five runs, for a query whose best plan depends on them (``one_of`` a store's every file is
+        estimated as a few rows by the generic plan, which then hashes every chunk's text: 7x slower)."""
         if self.postgres:
-            return list(await self.store._pool.fetch(self._numbered(sql), *params))
+            if not planned_each_time:
+                return list(await self.store._pool.fetch(self._numbered(sql), *params))
+            async with self.store._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                return list(await conn.fetch(self._numbered(sql), *params))
         return await self.store._read(lambda conn: conn.execute(sql, params).fetchall())
 
     async def transaction(self, statements: Sequence[Statement | Many]) -> list[int]:
@@ -652,8 +661,9 @@ class VectorStores:
         """The ``limit`` chunks of the pairs whose vectors (of ``model``, of ``vector``'s dimension) are nearest
         to ``vector`` by cosine distance, nearest first; ``score`` is the cosine similarity.
 
-        A vector of zeros has no direction, so no distance (sqlite-vec answers NULL, pgvector NaN): such a
-        query is near nothing, and such a chunk is near no query (found by its words only)."""
+        A vector of zeros has no direction, so no distance (sqlite-vec answers NULL, pgvector NaN, each sorted
+        after every distance): such a query is near nothing, and such a chunk is near no query (found by its
+        words only)."""
         if not pairs or not any(vector) or self.vectors is None:
             return []
         within, scope = self._within(pairs, "c.")
@@ -662,21 +672,20 @@ class VectorStores:
             distance = (
                 f"CAST(v.data AS {schema}.vector) OPERATOR({schema}.<=>) CAST(CAST(? AS REAL[]) AS {schema}.vector)"
             )
-            defined = "d <> 'NaN'"  # NULL is not either
+            nearest = "d"  # NaN sorts after every number
         else:
             distance = "vec_distance_cosine(v.data, ?)"
-            defined = "d IS NOT NULL"
+            nearest = "d IS NULL, d"  # NULL would sort first
         sql = (
-            "SELECT * FROM ("
             f"SELECT c.vector_store_id, c.file_id, c.position, c.text, {distance} AS d "
             "FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk_id "
-            f"WHERE v.model = ? AND v.dims = ? AND {within}) near "
-            f"WHERE {defined} ORDER BY d, vector_store_id, file_id, position LIMIT ?"
+            f"WHERE v.model = ? AND v.dims = ? AND {within} "
+            f"ORDER BY {nearest}, c.vector_store_id, c.file_id, c.position LIMIT ?"
         )
         value = self._vector_value(vector)
-        rows = await self.db.fetch(sql, value, model, len(vector), *scope, limit * 4)
+        rows = await self.db.fetch(sql, value, model, len(vector), *scope, limit * 4, planned_each_time=True)
         wanted = set(pairs)
-        hits = [Hit(r[0], r[1], r[2], r[3], 1.0 - float(r[4])) for r in rows]
+        hits = [Hit(r[0], r[1], r[2], r[3], 1.0 - r[4]) for r in rows if r[4] is not None and not math.isnan(r[4])]
         return [h for h in hits if (h.vector_store_id, h.file_id) in wanted][:limit]
 
     async def chunks_without_vectors(self, limit: int) -> list[tuple[int, str]]:
