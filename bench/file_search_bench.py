@@ -1,8 +1,12 @@
 """What file_search costs: ingestion throughput (chunks/s, MB/s) and search latency p50/p99 at 10k and 100k chunks.
 
-Run: ``python bench/file_search_bench.py`` (``--chunks 10000,100000``, ``--stores sqlite,postgresql``); PostgreSQL
-from ``HARMONY_TEST_POSTGRES_URL`` or ``scripts/postgres``, a fresh schema each run, and skipped (said so) when
-neither gives one.
+Run: ``python bench/file_search_bench.py`` (``--chunks 10000,100000``, ``--stores sqlite,postgresql,pgvector``);
+PostgreSQL from ``HARMONY_TEST_POSTGRES_URL`` or ``scripts/postgres``, a fresh schema each run, and skipped (said
+so) when neither gives one. ``pgvector``: hybrid retrieval (``--embeddings``) on the PostgreSQL with pgvector
+(``HARMONY_TEST_PGVECTOR_URL``, or the pgserver wheel's binaries run by ``scripts/postgres pgvector``, skipped
+saying why when it cannot start), its embeddings from the state tests' server (tests/state/embeddings_server.py:
+48 dimensions of hashed words, answered in microseconds, so what is measured is the store's exact cosine scan
+over every chunk's ``REAL[]`` cast to ``vector``, beside the full-text search, and one HTTP round trip a query).
 
 For each store a server runs as a subprocess. Synthetic text — words made of syllables, drawn with Zipf
 frequencies from a 20,000-word vocabulary (seeded, so every run ingests the same bytes) — goes up as ``.txt``
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import random
@@ -27,11 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from openai import OpenAI
 
-from _postgres import postgres_url, run_sql
+from _postgres import pgvector_url, postgres_url, run_sql
 from harmony_responses.tools.file_search import chunk_text
 from server_bench import BIN, free_port
 
@@ -59,9 +65,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
+def serve(store: str, embeddings: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     argv = [str(BIN / "harmony-responses"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if embeddings is not None:
+        argv += ["--embeddings", embeddings]
     proc = subprocess.Popen(
         [*argv, "--store", store, "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -78,11 +86,12 @@ def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("server did not become healthy")
 
 
-def run_store(store: str, sizes: list[int]) -> list[dict[str, float]]:
+def run_store(store: str, sizes: list[int], embeddings: Any = None) -> list[dict[str, float]]:
+    """Ingest and search on ``store``; with ``embeddings`` (an ``EmbeddingsServer``), ranking hybrid."""
     rng = random.Random(27)
     words = vocabulary(rng)
     weights = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(words))))
-    proc, base_url = serve(store)
+    proc, base_url = serve(store, embeddings.url if embeddings is not None else None)
     client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
     results: list[dict[str, float]] = []
     try:
@@ -121,6 +130,9 @@ def run_store(store: str, sizes: list[int]) -> list[dict[str, float]]:
                     raise RuntimeError(f"ingestion: {batch.file_counts}")
             ingested = time.monotonic() - started
             held += chunks
+            if embeddings is not None and len(embeddings.inputs()) < held:
+                # A store without vectors embeds nothing: this would measure full text only.
+                raise RuntimeError(f"{len(embeddings.inputs())} chunks embedded of {held}: vectors are off")
             megabytes = sum(map(len, texts)) / 1e6
             middle = words[200:5000]  # neither stop-word frequent nor seen once
             latencies = []
@@ -159,10 +171,20 @@ def run_store(store: str, sizes: list[int]) -> list[dict[str, float]]:
     return results
 
 
+def run_postgres(url: str, title: str, sizes: list[int], embeddings: Any = None) -> None:
+    schema = f"bench_{secrets.token_hex(4)}"
+    run_sql(url, f"CREATE SCHEMA {schema}")
+    try:
+        print(title, flush=True)
+        run_store(f"{url}?search_path={schema}", sizes, embeddings)
+    finally:
+        run_sql(url, f"DROP SCHEMA {schema} CASCADE")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", default="10000,100000", help="store sizes, comma-separated (default: %(default)s)")
-    parser.add_argument("--stores", default="sqlite,postgresql", help="default: %(default)s")
+    parser.add_argument("--stores", default="sqlite,postgresql,pgvector", help="default: %(default)s")
     args = parser.parse_args()
     sizes = sorted(int(n) for n in args.chunks.split(","))
     for kind in args.stores.split(","):
@@ -176,15 +198,22 @@ def main() -> None:
             except RuntimeError as exc:
                 print(f"PostgreSQL skipped: {exc}", file=sys.stderr)
                 continue
-            schema = f"bench_{secrets.token_hex(4)}"
-            run_sql(url, f"CREATE SCHEMA {schema}")
-            try:
-                print("postgresql:", flush=True)
-                run_store(f"{url}?search_path={schema}", sizes)
-            finally:
-                run_sql(url, f"DROP SCHEMA {schema} CASCADE")
+            run_postgres(url, "postgresql:", sizes)
+        elif kind == "pgvector":
+            sys.path.insert(0, str(ROOT / "tests"))
+            from state.embeddings_server import EmbeddingsServer
+
+            with contextlib.ExitStack() as stack:
+                try:
+                    url = stack.enter_context(pgvector_url())
+                except RuntimeError as exc:
+                    print(f"pgvector skipped: {exc}", file=sys.stderr)
+                    continue
+                embeddings = EmbeddingsServer()
+                stack.callback(embeddings.close)
+                run_postgres(url, "postgresql with pgvector (hybrid, --embeddings):", sizes, embeddings)
         else:
-            sys.exit(f"unknown store {kind!r}: sqlite or postgresql")
+            sys.exit(f"unknown store {kind!r}: sqlite, postgresql or pgvector")
 
 
 if __name__ == "__main__":
