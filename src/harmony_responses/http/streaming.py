@@ -35,8 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..errors import APIError, store_unavailable
 from ..metrics import STREAMS_IN_FLIGHT
-from ..run import ResponseRun, StoredRun
-from ..run.loop import TERMINAL_EVENTS
+from ..run import TERMINAL_EVENTS, ResponseRun, StoredRun
 from ..run.turns import Turns, current_start, end_start
 from ..sse import encode_event, ends_response
 from .errors import error_response, json_response

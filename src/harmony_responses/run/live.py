@@ -33,7 +33,7 @@ from ..metrics import QUEUE_DEPTH
 from ..sse import frame
 from ..store import AppendEvents, AppendItems, InsertResponse, Op, UpdateResponse, Writer
 from ..tokentrace import Recorder
-from .loop import SHUTDOWN_MESSAGE, ResponseRun
+from .loop import SHUTDOWN_MESSAGE, TERMINAL_EVENTS, ResponseRun
 from .recovery import closing_events
 from .turns import Turns
 
@@ -42,7 +42,6 @@ __all__ = ["TERMINAL_EVENTS", "LiveResponse", "StoredRun", "produce", "sse_frame
 logger = logging.getLogger("harmony_responses.run")
 
 Event = dict[str, Any]
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress", *TERMINAL_EVENTS})
 # How many events a producer may publish beyond what is durable before it waits for the writer. Events
 # are sent only once durable, so a producer running far ahead gains nothing, and with many streams

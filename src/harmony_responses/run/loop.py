@@ -351,10 +351,9 @@ class ResponseRun:
         """One engine call through the translator, until it ends or makes a built-in tool call."""
         t = self.translator
         start = current_start()
-        traced: list[Event] = []  # a traced run's events of this chunk's tokens (Recorder.feed)
+        # A traced run's events of this chunk's tokens (Recorder.feed): set by each chunk that is read with them.
+        traced: list[Event] = []
         while True:
-            if traced:
-                traced = []
             if item is _BUFFERED:
                 pass  # tokens of an earlier chunk the translator still holds (below)
             elif isinstance(item, TokenChunk):
