@@ -190,6 +190,9 @@ def is_token_id(value: object) -> bool:
 
 def token_ids(value: object, what: str) -> list[int]:
     """``value`` as a list of token ids; EngineProtocolError naming ``what`` when it is not one."""
+    # A streamed chunk's usual one id, checked without the generator below (once per token on every adapter).
+    if value.__class__ is list and len(value) == 1 and value[0].__class__ is int and 0 <= value[0] < VOCAB_SIZE:  # type: ignore[attr-defined]
+        return value  # type: ignore[return-value]
     if not isinstance(value, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in value):
         raise EngineProtocolError(f"{what} is not a list of token ids: {_excerpt(value)}")
     return value

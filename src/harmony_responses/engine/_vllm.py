@@ -35,7 +35,6 @@ from typing import Any
 
 import orjson
 
-from ..vocab import VOCAB_SIZE
 from ._base import EngineMismatch, EngineProtocolError, EngineRefused
 from ._constrain import structural_tag
 from ._http import (
@@ -79,7 +78,7 @@ class CompletionsReader(StreamReader):
 
     def feed(self, obj: Any) -> None:
         # Run once per streamed token: the error test is error_message's, inline for a dict (check_error
-        # decides what anything else is), and a chunk of one plain id skips token_ids' generator.
+        # decides what anything else is).
         if obj.__class__ is not dict or obj.get("error") or obj.get("object") == "error":
             self.check_error(obj)
         usage = obj.get("usage")
@@ -98,10 +97,7 @@ class CompletionsReader(StreamReader):
                     "(vLLM needs return_token_ids, 0.10.2 or newer)"
                 )
             raw = []
-        if raw.__class__ is list and len(raw) == 1 and raw[0].__class__ is int and 0 <= raw[0] < VOCAB_SIZE:
-            ids = raw
-        else:
-            ids = token_ids(raw, "choices[0].token_ids")
+        ids = token_ids(raw, "choices[0].token_ids")
         logprobs = None
         top = self.request.top_logprobs
         if top is not None and ids:
