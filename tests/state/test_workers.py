@@ -49,7 +49,14 @@ class Workers:
                 self.banner.append(line)
                 if line.startswith("  workers:"):
                     break
-            assert self.banner and self.banner[0].startswith("harmony-responses: listening on "), self.banner
+            if not (self.banner and self.banner[0].startswith("harmony-responses: listening on ")):
+                # Not started: say why (its stderr and status), and leave no process or pipe behind.
+                try:
+                    _, errors = self.process.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    _, errors = self.process.communicate()
+                raise AssertionError(f"no banner {self.banner}, exit {self.process.returncode}: {errors}")
             self.base_url = self.banner[0].split("listening on ")[1].strip().removesuffix("/v1")
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

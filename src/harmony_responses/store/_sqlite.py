@@ -106,6 +106,27 @@ def _held(conn: sqlite3.Connection, ids: set[str], holder: str) -> set[str]:
     return held
 
 
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL, waiting out another process switching it at the same moment.
+
+    Two processes opening a new store at once (``serve --workers 2`` on a fresh file, two gateways) both ask
+    for WAL, which needs the file to themselves; SQLite answers one of them "database is locked" at once,
+    without calling the busy handler (it would deadlock), so ``busy_timeout`` does not cover it: one worker
+    in eight failed to start so. The switch is retried here for as long as ``busy_timeout`` would wait.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 class SQLiteStore(Store):
     """A store in the SQLite file ``path`` (its directory is created on first start)."""
 
@@ -212,7 +233,7 @@ class SQLiteStore(Store):
         self._identity = found.st_dev, found.st_ino
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode = WAL")
+        _set_wal(conn)
         conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait here and then see it done
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")
