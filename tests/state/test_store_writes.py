@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
+from harmony_responses.quotas import SQLiteCounters
 from harmony_responses.store import (
     AppendEvents,
     AppendItems,
@@ -126,11 +128,11 @@ def test_shared_secret_is_made_once_for_every_process(store_spec: str) -> None:
     asyncio.run(run())
 
 
-def _open_when_all_are_ready(path: str, barrier: Any, results: Any) -> None:
+def _open_when_all_are_ready(what: str, path: str, barrier: Any, results: Any) -> None:
     async def run() -> None:
-        store = store_from_spec(f"sqlite:{path}")
-        await store.open()
-        await store.aclose()
+        opened = store_from_spec(f"sqlite:{path}") if what == "store" else SQLiteCounters(path)
+        await opened.open()
+        await opened.aclose()
 
     barrier.wait()
     try:
@@ -141,15 +143,18 @@ def _open_when_all_are_ready(path: str, barrier: Any, results: Any) -> None:
         results.put("opened")
 
 
-def test_processes_opening_a_new_sqlite_store_at_once_all_open_it(tmp_path: Path) -> None:
-    # serve --workers 2 on a fresh file: its workers open the store at the same moment. Both asking for WAL
-    # got one of them "database is locked" (not covered by busy_timeout): one pair in eight bare, one round
-    # of four in thirty here (each opens the store in its thread pool, as the server does).
+@pytest.mark.parametrize("what", ["store", "quota counters"])
+def test_processes_opening_a_new_sqlite_file_at_once_all_open_it(what: str, tmp_path: Path) -> None:
+    # serve --workers 2 on a fresh file: its workers open the store (and the quotas' file) at the same
+    # moment. Both asking for WAL got one of them "database is locked" (not covered by busy_timeout): one
+    # pair in eight bare, one round of four in thirty here (each opens its file in a thread, as the server does).
     context = multiprocessing.get_context("fork")
     for round_ in range(50):
-        path = str(tmp_path / f"store-{round_}.sqlite3")
+        path = str(tmp_path / f"{round_}.sqlite3")
         barrier, results = context.Barrier(4), context.Queue()
-        processes = [context.Process(target=_open_when_all_are_ready, args=(path, barrier, results)) for _ in range(4)]
+        processes = [
+            context.Process(target=_open_when_all_are_ready, args=(what, path, barrier, results)) for _ in range(4)
+        ]
         for process in processes:
             process.start()
         outcomes = [results.get(timeout=120) for _ in processes]

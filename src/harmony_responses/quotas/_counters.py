@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..store import set_wal
+
 __all__ = ["SLOT_TTL", "Counters", "Levels", "PostgresCounters", "SQLiteCounters", "SlotAsk", "refilled"]
 
 T = TypeVar("T")
@@ -161,7 +163,7 @@ class SQLiteCounters(Counters):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 10000")
-        conn.execute("PRAGMA journal_mode = WAL")
+        set_wal(conn)  # the workers of a server open this file at the same moment
         conn.execute("PRAGMA synchronous = NORMAL")
         for statement in _SQLITE_SCHEMA:
             conn.execute(statement)

@@ -41,7 +41,7 @@ from ._base import (
 from ._files import PART_BYTES as FILE_PART_BYTES
 from ._files import FileRecord, FileStore, files_of
 from ._postgres import PostgresStore
-from ._sqlite import DB_FILE, SQLiteStore
+from ._sqlite import DB_FILE, SQLiteStore, set_wal
 from ._vector_stores import Chunk, Hit, VectorStoreFile, VectorStoreRecord, VectorStores, query_terms, vector_stores_of
 from ._writer import Writer
 
@@ -79,6 +79,7 @@ __all__ = [
     "files_of",
     "parse_retention",
     "query_terms",
+    "set_wal",
     "store_from_spec",
     "vector_stores_of",
 ]

@@ -106,7 +106,7 @@ def _held(conn: sqlite3.Connection, ids: set[str], holder: str) -> set[str]:
     return held
 
 
-def _set_wal(conn: sqlite3.Connection) -> None:
+def set_wal(conn: sqlite3.Connection) -> None:
     """Switch the file to WAL, waiting out another process switching it at the same moment.
 
     Two processes opening a new store at once (``serve --workers 2`` on a fresh file, two gateways) both ask
@@ -233,7 +233,7 @@ class SQLiteStore(Store):
         self._identity = found.st_dev, found.st_ino
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        _set_wal(conn)
+        set_wal(conn)
         conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait here and then see it done
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")
