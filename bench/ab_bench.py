@@ -8,7 +8,8 @@ REV's ``src`` is checked out in a temporary git worktree (removed at the end) an
 installed package; both servers use this checkout's virtual environment.
 
 Figures per reader: first-token p50 and p99 over all bursts, p50 as a ratio to the bare proxy's, the median
-of the bursts' own p50s, CPU per text token, and streams that got no text token. Two identical trees
+of the bursts' own p50s, CPU per text token, text tokens per second over the bursts (all tokens over the sum of
+each burst's last token, as ``scale_bench.py`` counts them), and streams that got no text token. Two identical trees
 (``REV`` = the working tree's commit, nothing changed) differ by 3-7 % at 30 rounds: less is noise.
 
 ``AB_STREAMS`` (64) streams per burst, ``AB_ROUNDS`` (20) bursts per reader, ``AB_PACE`` (0: flat out) ms per
@@ -77,6 +78,7 @@ def main() -> None:
             runs: dict[str, list[list[float]]] = {name: [] for name in names}
             medians: dict[str, list[float]] = {name: [] for name in names}
             used = dict.fromkeys(names, 0.0)
+            walls = dict.fromkeys(names, 0.0)  # each burst's slowest stream's last token, summed (scale_bench's)
             for number in range(ROUNDS + 1):  # the first round warms every reader up and is not counted
                 for name in names if number % 2 else names[::-1]:
                     direct = name == names[0]
@@ -90,6 +92,7 @@ def main() -> None:
                     if number:
                         used[name] += tree_cpu(procs[name].pid) - cpu
                         runs[name] += got
+                        walls[name] += max((r[-1] for r in got if r), default=0.0)
                         firsts = [r[0] for r in got if r]
                         if firsts:
                             medians[name].append(pct(firsts, 0.5))
@@ -97,7 +100,7 @@ def main() -> None:
             print(f"\n{ROUNDS} bursts of {STREAMS} streams each, {TOKENS} text tokens per stream, {pace}")
             print(
                 f"  {'reading':<24} {'first p50 ms':>12} {'p99 ms':>8} {'p50 ÷ bare':>10} {'bursts p50':>10} "
-                f"{'CPU µs/token':>12} {'no token':>8}"
+                f"{'CPU µs/token':>12} {'tokens/s':>9} {'no token':>8}"
             )
             floor = None
             for name in names:
@@ -113,7 +116,8 @@ def main() -> None:
                 tokens = sum(map(len, runs[name]))
                 print(
                     f"  {name:<24} {p50:>12.1f} {pct(first, 0.99):>8.1f} {ratio:>10} "
-                    f"{statistics.median(medians[name]):>10.1f} {used[name] / tokens * 1e6:>12.1f} {missing:>8}"
+                    f"{statistics.median(medians[name]):>10.1f} {used[name] / tokens * 1e6:>12.1f} "
+                    f"{tokens / walls[name]:>9,.0f} {missing:>8}"
                 )
         finally:
             for proc in procs.values():

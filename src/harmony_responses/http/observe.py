@@ -29,9 +29,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..logs import accepted_request_id, request_scope
 from ..metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS, labelled
 
-__all__ = ["REQUEST_ID_HEADER", "Observe"]
+__all__ = ["BODY_SEND", "REQUEST_ID_HEADER", "Observe"]
 
 REQUEST_ID_HEADER = b"x-request-id"
+# The scope key of this middleware's own ``send`` (the server's, observed), for an endpoint's body writes once
+# its answer has started and its first delta is out (http/streaming.py). Every wrapper between here and the
+# endpoint (quotas' and tracing's, ``FirstTokensFirst``, Starlette's error and exception middleware and its
+# route's) acts on a response's start alone, ``FirstTokensFirst`` on its first delta too, and passes each
+# later body write on unchanged: a coroutine frame apiece, five per write of a streamed response.
+BODY_SEND = "harmony_responses.body_send"
 # The most of an error body read for its code: the API's error bodies are a few hundred bytes.
 MAX_ERROR_BODY = 64 * 1024
 UNMATCHED = "unmatched"
@@ -108,6 +114,8 @@ class Observe:
                     answer.body.append(message.get("body", b""))
             return send(message)
 
+        if kind == "http":
+            scope[BODY_SEND] = send_observed
         context = request_scope(request_id, arrived)
         context.__enter__()
         try:

@@ -36,10 +36,11 @@ from starlette.types import Receive, Scope, Send
 from ..errors import APIError, store_unavailable
 from ..metrics import STREAMS_IN_FLIGHT
 from ..run import TERMINAL_EVENTS, ResponseRun, StoredRun
-from ..run.turns import Turns, current_start, end_start
+from ..run.turns import Start, Turns, current_start, end_start
 from ..sse import encode_event, ends_response
 from .errors import error_response, json_response
 from .first_tokens import DELTA_FRAME
+from .observe import BODY_SEND
 
 __all__ = ["SSE_HEADERS", "FollowStream", "RunResponse"]
 
@@ -174,6 +175,9 @@ class RunResponse:
         self.disconnected = False
         self._watcher_cancelled = False
         self._ended = False  # the body's end is sent: the server reports the request over as a disconnect
+        # Observe's send, past the app's wrappers, for body writes once the first delta is out (BODY_SEND).
+        self._body_send: Send | None = None
+        self._start: Start | None = None
 
     # asyncio's own tasks and cancellation here rather than anyio's task group and cancel scopes: this
     # runs once per request, and anyio's bookkeeping (a backend lookup per scope, scope and task handle
@@ -210,7 +214,18 @@ class RunResponse:
                 task.cancel()
                 return
 
+    def _sender(self, send: Send) -> Send:
+        """Where a body write goes now: ``send`` (the app's wrappers) until the first delta has gone out
+        through it, then Observe's own, which the wrappers pass every later body write on to unchanged
+        (observe.BODY_SEND)."""
+        body_send, start = self._body_send, self._start
+        if body_send is not None and (start is None or start.delivered):
+            return body_send
+        return send
+
     async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._body_send = scope.get(BODY_SEND)
+        self._start = current_start()
         try:
             # Streamed: the response starts once the engine has admitted the request, not at its first token.
             await self.run.start(at_admission=self.stream)
@@ -250,7 +265,7 @@ class RunResponse:
         await producer  # the handoff is closed and drained: the producer has ended or is about to
         if not self._ended:
             self._ended = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._sender(send)({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _write_batches(self, handoff: _Handoff, send: Send) -> None:
         """Send what the producer hands over, everything waiting at once, until it is done; the last of it
@@ -259,7 +274,7 @@ class RunResponse:
             last = handoff.drained
             if last:
                 self._ended = True
-            await send({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
+            await self._sender(send)({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
 
     async def _produce(self, handoff: _Handoff, send: Send) -> None:
         """Hand the run's batches on to the writer (or write them itself, below).
@@ -344,7 +359,7 @@ class RunResponse:
         if last:
             self._ended = True
         try:
-            await send({"type": "http.response.body", "body": body, "more_body": not last})
+            await self._sender(send)({"type": "http.response.body", "body": body, "more_body": not last})
         except OSError as exc:
             handoff.fail(exc)
             return False
