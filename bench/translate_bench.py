@@ -6,9 +6,9 @@ interpreter) it measures, in one run:
 
 1. the bare openai-harmony ``StreamableParser``: ``process(token)`` then reading ``last_content_delta``,
    ``current_channel`` and ``current_recipient``, the least any Harmony streaming server must do;
-2. our Translator including serialising every event to its SSE bytes (each chunk's events joined into the one
-   body the server writes for it), fed one token at a time (the worst case: one engine chunk per token) and 16
-   tokens at a time.
+2. our Translator including serialising every event to its SSE bytes (each chunk's events framed as the one
+   body the server writes for it, ``sse.encode_events``), fed one token at a time (the worst case: one
+   engine chunk per token) and 16 tokens at a time.
 
 The machine is shared and its speed drifts by tens of percent from one second to the next, so the three
 take turns, round after round (``TRANSLATE_ROUNDS``, default 7), and each round's ratio is taken against
@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from openai_harmony import Role, StreamableParser
 
-from harmony_responses.sse import encode_event
+from harmony_responses.sse import encode_events
 from harmony_responses.translate import RecipientMap, Translator
 from harmony_responses.vocab import load_encoding, load_vocabulary
 
@@ -110,13 +110,13 @@ def translator(tokens: list[int], chunk: int) -> float:
     # whose reallocations at 128k tokens (~30 MB) cost several percent per token that no server pays.
     for i in range(0, len(tokens), chunk):
         t.receive_tokens(tokens[i : i + chunk])
-        body = b"".join([encode_event(e) for e in t.events()])
+        body = encode_events(t.events())
     t.receive_end("stop")
-    body = b"".join([encode_event(e) for e in t.events()])
+    body = encode_events(t.events())
     if t.pending_tool_call is not None:  # the built-in call: its result ends the response
         t.send_tool_result(outputs=None)
         t.receive_end("stop")
-        body = b"".join([encode_event(e) for e in t.events()])
+        body = encode_events(t.events())
     assert body  # the terminal event's frame
     elapsed = time.process_time() - start
     assert t.response["status"] == "completed", t.response["status"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["encode_event", "ends_response", "frame"]
+__all__ = ["encode_event", "encode_events", "ends_response", "frame"]
 
 _EVENT_PREFIX: dict[str, bytes] = {}
 _TERMINAL_FRAMES = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
@@ -22,6 +22,29 @@ def encode_event(event: dict[str, Any]) -> bytes:
     if prefix is None:
         return frame(event["type"], orjson.dumps(event))
     return b"".join((prefix, orjson.dumps(event), b"\n\n"))
+
+
+def encode_events(events: list[dict[str, Any]]) -> bytes:
+    """The SSE frames of ``events``, one after another: the body of one write."""
+    # A batch of one event (a paced engine's every token) without the list and the join: 0.14 µs of the
+    # 1.06 µs per token that translating and framing one token at a time cost (bench/translate_bench.py).
+    if len(events) == 1:
+        return encode_event(events[0])
+    # One join for the whole batch rather than one per event and another of those: 0.27 → 0.21 µs per
+    # event of a 16-event batch.
+    parts: list[bytes] = []
+    append = parts.append
+    prefixes = _EVENT_PREFIX
+    dumps = orjson.dumps
+    for event in events:
+        prefix = prefixes.get(event["type"])
+        if prefix is None:
+            append(encode_event(event))  # a type's first event: its prefix made and kept
+        else:
+            append(prefix)
+            append(dumps(event))
+            append(b"\n\n")
+    return b"".join(parts)
 
 
 def frame(type_: str, data: bytes) -> bytes:

@@ -6,6 +6,11 @@ import re
 from typing import Any
 
 import httpx
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harmony_responses import sse
 
 from .conftest import Serve
 from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, post, sse_events
@@ -85,3 +90,24 @@ def test_error_event_has_both_forms_then_failed(serve: Serve) -> None:
     # The open message was closed (incomplete) before the error: nothing is left open.
     done = [e for e in events if e["type"] == "response.output_item.done"]
     assert done and done[-1]["item"]["status"] == "incomplete"
+
+
+_TYPES = st.sampled_from(
+    ["response.output_text.delta", "response.created", "response.completed", *(f"x.t{i}.delta" for i in range(4))]
+)
+_EVENTS = st.lists(
+    st.fixed_dictionaries({"type": _TYPES, "delta": st.text(), "sequence_number": st.integers(0, 2**31)}),
+    max_size=20,
+)
+
+
+@given(batches=st.lists(_EVENTS, max_size=6), fresh=st.booleans())
+def test_a_batch_is_framed_as_its_events_one_after_another(batches: list[list[dict[str, Any]]], fresh: bool) -> None:
+    # encode_events takes shortcuts (one event alone; one join for many) that must frame exactly as
+    # encode_event does event by event, a type's first event (its prefix not yet made) included.
+    if fresh:
+        sse._EVENT_PREFIX.clear()
+    for batch in batches:
+        body = sse.encode_events(batch)
+        assert body == b"".join(sse.frame(e["type"], orjson.dumps(e)) for e in batch)
+        assert not batch or sse_events(body) == batch

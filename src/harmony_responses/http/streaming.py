@@ -15,7 +15,8 @@ Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that t
   openai SDK returns it without raising). The failed response is still stored; ``x-response-id`` names it.
   One the store could not keep is a 503 ``store_unavailable`` instead.
 
-SSE framing is ``sse.encode_event``: ``event:`` equal to the type, one ``data:`` line, no ``id:``.
+SSE framing is ``sse.encode_event`` (``encode_events`` for a batch): ``event:`` equal to the type, one
+``data:`` line, no ``id:``.
 
 ``FollowStream`` sends a stored response's events (background mode, ``GET …?stream=true``): the client
 going away ends only its stream, never the response.
@@ -37,7 +38,7 @@ from ..errors import APIError, store_unavailable
 from ..metrics import STREAMS_IN_FLIGHT
 from ..run import TERMINAL_EVENTS, ResponseRun, StoredRun
 from ..run.turns import Start, Turns, current_start, end_start
-from ..sse import encode_event, ends_response
+from ..sse import encode_events, ends_response
 from .errors import error_response, json_response
 from .first_tokens import DELTA_FRAME
 from .observe import BODY_SEND
@@ -308,7 +309,7 @@ class RunResponse:
                         body = batch
                         last = ends_response(body)
                     else:
-                        body = b"".join([encode_event(e) for e in batch])
+                        body = encode_events(batch)
                         last = bool(batch) and batch[-1]["type"] in TERMINAL_EVENTS
                     if not handed and start is not None:
                         if not last and start.active and DELTA_FRAME not in body:
