@@ -121,7 +121,8 @@ def set_wal(conn: sqlite3.Connection) -> None:
             conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY  # an extended code too
+            if not busy or time.monotonic() > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
