@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from ..tokens import TokenChunk
+from ..vocab import VOCAB_SIZE
 from ._base import EngineMismatch, EngineProtocolError, EngineRefused
 from ._constrain import structural_tag
 from ._http import (
@@ -90,6 +92,18 @@ class CompletionsReader(StreamReader):
             return
         choice = choices[0]
         raw = choice.get("token_ids")
+        # The common line inline: one id, no logprobs asked for, not the last. This is token_ids' one-id check
+        # and chunk() without its logprobs, in that order, with the same effects: two calls a token fewer.
+        if raw.__class__ is list and len(raw) == 1 and self.request.top_logprobs is None:
+            token = raw[0]
+            if token.__class__ is int and 0 <= token < VOCAB_SIZE and choice.get("finish_reason") is None:
+                self.generated.append(token)
+                if self._lps is not None and self._ids:  # the open run has logprobs: it closes
+                    self._taken.append(TokenChunk(token_ids=self._ids, logprobs=self._lps))
+                    self._ids = []
+                    self._lps = None
+                self._ids.append(token)
+                return
         if raw is None:
             if choice.get("text") or choice.get("finish_reason") is None:
                 raise EngineProtocolError(
