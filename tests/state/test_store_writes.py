@@ -3,6 +3,9 @@
 Each store writes a round with one statement per kind of row (store/_base.py ``Rows``); SQLite splits
 rows across statements at its variable limit. Nothing may be lost or reordered at those seams, and a
 round's updates of one response end as its last one says.
+
+Also what every process of a server does first with its store: open it, and a new SQLite file opened by
+several processes at the same moment (``serve --workers``) opens in all of them.
 """
 
 from __future__ import annotations
@@ -151,8 +154,7 @@ def test_processes_opening_a_new_sqlite_file_at_once_all_open_it(what: str, tmp_
     # serve --workers 2 on a fresh file: its workers open the store (and the quotas' file) at the same
     # moment. Both asking for WAL got one of them "database is locked" (not covered by busy_timeout): one
     # pair in eight bare; here, without the retry, 5 of 6 runs failed (each opens its file in a thread, as the
-    # server does).
-    # Spawned, as the server's workers are (and no fork of this multi-threaded process).
+    # server does). Spawned, as the server's workers are (and no fork of this multi-threaded process).
     context = multiprocessing.get_context("spawn")
     rounds, count = 50, 4
     barrier, results = context.Barrier(count), context.Queue()
