@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from harmony_responses.sse import encode_event
+from harmony_responses.sse import encode_events
 from harmony_responses.translate import Translator
 from harmony_responses.vocab import load_encoding, load_vocabulary
 
@@ -53,7 +53,7 @@ def sse_frames(tokens: list[int]) -> bytes:
     t = Translator(vocab=load_vocabulary(), new_id=lambda p: f"{p}_{next(counter):048d}", clock=lambda: 0)
     t.receive_tokens(tokens)
     t.receive_end("stop")
-    return b"".join(encode_event(e) for e in t.events())
+    return encode_events(t.events())
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
