@@ -5,8 +5,14 @@
 #   docker run --rm --init -p 127.0.0.1:8400:8400 harmony-responses --engine vllm:http://gpu-box:8000
 
 FROM python:3.12-slim AS build
+# A C compiler for the engine's line scanner (setup.py; without one the wheel is built without it and the
+# server reads engine lines in pure Python). Only in this stage: the image gets the built wheel.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE MANIFEST.in ./
+COPY pyproject.toml setup.py README.md LICENSE MANIFEST.in ./
 COPY src ./src
 # The package and every dependency as wheels, so that the image's own install needs no index.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres,otel,file-search]"

@@ -7,8 +7,10 @@ a flat-out burst of 64 through our server: ~8 tokens per read). In this process,
 1. ``bare read``: aiohttp's ``iter_any`` and nothing else (the floor: the bytes off the socket);
 2. ``bare parse``: that, split into lines and each ``data:`` line parsed with ``orjson.loads`` (the least an
    adapter reading token ids must do);
-3. ``ours``: ``VLLMEngine.generate``, the adapter our server runs (our stream client, the line loop,
-   ``CompletionsReader.feed``, one ``TokenChunk`` per read, the watchdog).
+3. ``ours``: ``VLLMEngine.generate``, the adapter our server runs (our stream client, the line loop with the
+   compiled scanner taking the common lines (engine/_lines.py), one ``TokenChunk`` per read, the watchdog);
+4. ``ours, Python``: the same with the scanner off, every line parsed with ``orjson`` and fed by
+   ``CompletionsReader.feed`` (the pure-Python path, as without a C compiler).
 
 The readers take turns, round after round (``READS_ROUNDS``, default 7); figures are medians of µs of this
 process's CPU time per token, and ours over each floor per round.
@@ -29,7 +31,7 @@ import aiohttp
 import orjson
 
 from engine_bench import free_port, wait_healthy
-from harmony_responses.engine import EngineOptions, GenerateRequest
+from harmony_responses.engine import EngineOptions, GenerateRequest, _lines
 from harmony_responses.engine._vllm import VLLMEngine
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +40,7 @@ STREAMS = 16
 TOKENS = 2_000
 PER_WRITE = 8
 MODEL = "gpt-oss-20b"
+SCANNER = _lines.COMPILED
 
 
 def serve(port: int) -> None:
@@ -98,8 +101,9 @@ async def bare(session: aiohttp.ClientSession, url: str, parse: bool) -> int:
         return tokens
 
 
-async def ours(engine: VLLMEngine) -> int:
+async def ours(engine: VLLMEngine, compiled: bool = True) -> int:
     tokens = 0
+    _lines.COMPILED = SCANNER if compiled else None  # read when a stream starts
     async for item in engine.generate(GenerateRequest(prompt_ids=[200006, 1428, 200008], max_tokens=10_000)):
         tokens += len(getattr(item, "token_ids", None) or ())
     return tokens
@@ -117,7 +121,10 @@ async def measure() -> dict[str, list[float]]:
             "bare read": lambda: bare(session, url, parse=False),
             "bare parse": lambda: bare(session, url, parse=True),
             "ours": lambda: ours(engine),
+            "ours, Python": lambda: ours(engine, compiled=False),
         }
+        if SCANNER is None:
+            print(f"the compiled scanner is not here ({_lines.describe()}): ours is the pure-Python path too")
         runs: dict[str, list[float]] = {name: [] for name in readers}
         try:
             for number in range(ROUNDS + 1):  # the first round warms up (connections, imports) and is not counted
@@ -139,10 +146,10 @@ async def measure() -> dict[str, list[float]]:
 def main() -> None:
     runs = asyncio.run(measure())
     print(f"{ROUNDS} rounds of {STREAMS} streams x {TOKENS} tokens, {PER_WRITE} token lines per write; medians")
-    print(f"  {'reader':<12} {'CPU µs/token':>12} {'ours ÷ it':>10}")
+    print(f"  {'reader':<14} {'CPU µs/token':>12} {'ours ÷ it':>10}")
     for name, values in runs.items():
         ratio = statistics.median(o / v for o, v in zip(runs["ours"], values, strict=True))
-        print(f"  {name:<12} {statistics.median(values):>12.3f} {ratio:>10.2f}")
+        print(f"  {name:<14} {statistics.median(values):>12.3f} {ratio:>10.2f}")
 
 
 if __name__ == "__main__":

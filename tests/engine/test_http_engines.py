@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from harmony_responses.engine import _http
+from harmony_responses.engine import _lines
 
 from .fakes import CALL, FAKES, RETURN, LlamaCppFake, Scenario, SGLangFake, VLLMFake, harmony
 from .helpers import ANSWER, CALL_WEATHER, MODEL, WEATHER_TOOL, Stack, sse_events, stack
@@ -285,7 +285,7 @@ def test_failure_mid_stream_fails_the_response(kind: str, what: str, says: str) 
 
 def test_a_line_too_long_fails_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     # vLLM's first chunk echoes the prompt's ids: longer than a line may be here.
-    monkeypatch.setattr(_http, "MAX_LINE", 200)
+    monkeypatch.setattr(_lines, "MAX_LINE", 200)
     with stack("vllm", VLLMFake(Scenario(tokens=HELLO))) as s:
         response = s.post({"input": "Hi"})
     assert response.status_code == 503

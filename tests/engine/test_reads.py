@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from harmony_responses.engine import EngineOptions, GenerateRequest
+from harmony_responses.engine import EngineOptions, GenerateRequest, _lines
 from harmony_responses.engine._vllm import VLLMEngine
 from harmony_responses.run import ResponseRun, turns
 from harmony_responses.run.turns import Turns
@@ -25,6 +25,18 @@ from harmony_responses.translate import Translator
 from harmony_responses.vocab import load_encoding, load_vocabulary
 
 PROMPT = [200006, 1428, 200008, 12194, 200007, 200006, 173781]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "pure Python"])
+def line_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here reads its lines both ways (engine/_lines.py): the compiled scanner, where it was built,
+    and the pure-Python path."""
+    if request.param == "compiled" and _lines.COMPILED is None:
+        pytest.skip("the compiled scanner was not built here")
+    if request.param == "pure Python":
+        monkeypatch.setattr(_lines, "COMPILED", None)
+
+
 HELLO = [200005, 17196, 200008, 13225, 1303, 200002]  # <|channel|>final<|message|>Hello there<|return|>
 
 

@@ -59,6 +59,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from .. import tracing
 from ..tokens import ADMITTED, EngineEnd, FinishReason, TokenChunk, TokenLogprob
 from ..vocab import VOCAB_SIZE, load_encoding
+from . import _lines
 from ._base import (
     Engine,
     EngineError,
@@ -70,6 +71,8 @@ from ._base import (
     EngineUnavailable,
     GenerateRequest,
 )
+from ._lines import TOO_LONG, Lines
+from ._lines import excerpt as _excerpt
 from ._options import EngineOptions
 from ._reading import attach
 from ._stream_client import Answer, StreamClient
@@ -97,12 +100,6 @@ DEFAULT_MAX_TOKENS = 4096
 # Bounds of the calls around a stream: start-up checks and abort requests.
 CHECK_TIMEOUT = 10.0
 ABORT_TIMEOUT = 2.0
-# How much of an error body goes into a message: enough for the engine's sentence, never a whole page.
-ERROR_EXCERPT = 300
-# The longest streamed line read: vLLM and TensorRT-LLM echo the prompt's ids in their first chunk
-# (about 1 MB for a 131k-token prompt); an engine sending a line without end must not cost unbounded memory.
-MAX_LINE = 16 * 1024 * 1024
-TOO_LONG = f"sent a line longer than {MAX_LINE >> 20} MiB"
 
 # Every aiohttp exception → (our class, what happened), most specific first (looked up along the MRO).
 # A test checks that every exception class aiohttp exports has its own entry, so that a new one cannot
@@ -196,11 +193,6 @@ def token_ids(value: object, what: str) -> list[int]:
     if not isinstance(value, list) or not all(type(t) is int and 0 <= t < VOCAB_SIZE for t in value):
         raise EngineProtocolError(f"{what} is not a list of token ids: {_excerpt(value)}")
     return value
-
-
-def _excerpt(value: object) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= ERROR_EXCERPT else text[:ERROR_EXCERPT] + "…"
 
 
 def error_code(obj: Any) -> int | None:
@@ -383,6 +375,10 @@ class StreamReader(abc.ABC):
     afterwards, was part of the 1.4 µs per token this loop shed (bench/engine_reads_bench.py: 3.0 → 1.6).
     """
 
+    # Its ``feed`` takes the completions stream's common line (engine/_lines.py) as ``feed_common`` does: the
+    # compiled scanner may then take those lines for it.
+    common_lines = False
+
     def __init__(self, request: GenerateRequest, label: str) -> None:
         self.request = request
         self.label = label
@@ -419,6 +415,12 @@ class StreamReader(abc.ABC):
             if self._lps is None:
                 self._lps = []
             self._lps.extend(logprobs)
+
+    def feed_common(self, ids: list[int]) -> None:
+        """The ids of common lines the compiled scanner took (engine/_lines.py), in order: what ``feed`` does
+        for each such line when no logprobs were asked for (none are open then)."""
+        self.generated.extend(ids)
+        self._ids.extend(ids)
 
     def take(self) -> list[TokenChunk]:
         """The ids fed since the last call, as chunks (empty when none came)."""
@@ -499,6 +501,8 @@ class HTTPEngine(Engine):
 
     default_url = "http://127.0.0.1:8000"
     path = "/v1/completions"
+    # Its streams are completions lines (its reader's ``common_lines``): start-up says how they are read.
+    completion_lines = False
 
     def __init__(self, options: EngineOptions | None = None) -> None:
         self.options = options or EngineOptions()
@@ -621,7 +625,8 @@ class HTTPEngine(Engine):
 
     def describe(self) -> str:
         model = f", model {self.model}" if self.model else ""
-        return f"{self.name}: {self.url}{model} (token ids over HTTP)"
+        lines = f"; {_lines.describe()}" if self.completion_lines else ""
+        return f"{self.name}: {self.url}{model} (token ids over HTTP{lines})"
 
     # ------------------------------------------------------------------ helpers for checks
 
@@ -743,59 +748,20 @@ class HTTPEngine(Engine):
                         # Admitted: a streamed response starts now, not after the prefill (tokens.ADMITTED).
                         yield ADMITTED
                         watchdog.task = current_task()  # type: ignore[assignment]  # the task reading on
-                        # Whatever the socket delivered, split into lines here rather than one
-                        # ``readline`` await per line: that costs several Python calls and an await per
-                        # token, and under load one read holds many lines, whose tokens then go on as one
+                        # Each read's lines are fed at once (engine/_lines.py), its tokens then go on as one
                         # chunk (the translator is chunking-invariant).
                         read = response.readany
-                        feed = reader.feed
+                        lines = Lines(reader, label, _lines.COMPILED)
+                        read_lines = lines.read
                         transport_of = response.transport_now
-                        tail = b""
-                        done = False
                         while True:
                             watchdog.reading = loop_time()
                             data = await read()
                             watchdog.reading = None
-                            if data:
-                                lines = (tail + data if tail else data).split(b"\n")
-                                tail = lines.pop()
-                            elif tail:
-                                lines, tail = [tail], b""  # the body's last line, without its newline
-                            else:
+                            if not data and not lines.tail:
                                 break  # the end of the body
                             try:
-                                for line in lines:
-                                    if not line:  # the blank line after every SSE event
-                                        continue
-                                    if len(line) > MAX_LINE:
-                                        raise EngineProtocolError(f"{label}: {TOO_LONG}")
-                                    # SSE "data: {...}"; NDJSON "{...}"; comments, event names and blank
-                                    # lines skipped.
-                                    if line.startswith(b"data:"):
-                                        payload = line[5:].strip()
-                                    elif line.startswith(b"{"):
-                                        payload = line
-                                    else:
-                                        continue
-                                    if not payload or done:
-                                        continue
-                                    if payload == b"[DONE]":
-                                        # Read on to the end of the body (the terminating chunk): a
-                                        # response read to its end returns its connection to the pool;
-                                        # one closed early is dropped, and the next request pays a new
-                                        # connection (a resolver round trip too).
-                                        done = True
-                                        continue
-                                    try:
-                                        obj = orjson.loads(payload)
-                                    except orjson.JSONDecodeError:
-                                        text = line.decode(errors="replace").rstrip()
-                                        raise EngineProtocolError(
-                                            f"{label}: sent a line that is not JSON: {_excerpt(text)}"
-                                        ) from None
-                                    feed(obj)
-                                if len(tail) > MAX_LINE:  # a line without end in sight: memory is bounded
-                                    raise EngineProtocolError(f"{label}: {TOO_LONG}")
+                                read_lines(data)  # b"": the body's last line, without its newline
                             except Exception as exc:
                                 failure: Exception | None = exc  # what came before the bad line goes on first
                             else:

@@ -30,6 +30,7 @@ class TRTLLMEngine(HTTPEngine):
     name = "trtllm"
     default_url = "http://127.0.0.1:8000"
     path = "/v1/completions"
+    completion_lines = True
 
     def reader(self, request: Any) -> StreamReader:
         return _Reader(request, self.label)

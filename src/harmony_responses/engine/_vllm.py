@@ -77,6 +77,7 @@ class CompletionsReader(StreamReader):
     """
 
     null_stop_is_eos = True
+    common_lines = True
 
     def feed(self, obj: Any) -> None:
         # Run once per streamed token: the error test is error_message's, inline for a dict (check_error
@@ -153,6 +154,7 @@ class VLLMEngine(HTTPEngine):
     name = "vllm"
     default_url = "http://127.0.0.1:8000"
     path = COMPLETIONS_PATH
+    completion_lines = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
