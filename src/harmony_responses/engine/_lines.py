@@ -100,6 +100,9 @@ class Lines:
                 if ids:
                     self.reader.feed_common(ids)
                     ids.clear()
+                if pos == len(buf):  # the read was all common lines (its usual case): nothing left to split
+                    self.tail = b""
+                    return
                 if pos:
                     buf = buf[pos:]
             # Whatever the socket delivered, split here rather than one ``readline`` await per line: that
