@@ -192,11 +192,11 @@ class Translator:
         self._queued = queued
         if queued:
             self._response["status"] = "queued"
-            self._emit({"type": "response.created", "response": self._snapshot()})
-            self._emit({"type": "response.queued", "response": self._snapshot()})
+            self._emit({"type": "response.created", "response": self._opening()})
+            self._emit({"type": "response.queued", "response": self._opening()})
         else:
-            self._emit({"type": "response.created", "response": self._snapshot()})
-            self._emit({"type": "response.in_progress", "response": self._snapshot()})
+            self._emit({"type": "response.created", "response": self._opening()})
+            self._emit({"type": "response.in_progress", "response": self._opening()})
 
     # ------------------------------------------------------------------ public API: input
 
@@ -563,7 +563,7 @@ class Translator:
             raise LocalProtocolError("begin() is for a queued response that has not begun")
         self._queued = False
         self._response["status"] = "in_progress"
-        self._emit({"type": "response.in_progress", "response": self._snapshot()})
+        self._emit({"type": "response.in_progress", "response": self._opening()})
 
     def cancel(self) -> None:
         """End the response ``cancelled`` now (a background cancel, or the client gone); idempotent.
@@ -1298,6 +1298,13 @@ class Translator:
     def _snapshot(self) -> dict[str, Any]:
         # orjson round trip: a deep copy that is several times faster than copy.deepcopy.
         return orjson.loads(orjson.dumps(self._response))
+
+    def _opening(self) -> dict[str, Any]:
+        """The Response as it stands before any output, for the events that open it: a copy of its top level.
+        Enough until the terminal event: until then the translator only sets top-level keys (``status``) of its
+        Response, whose nested values are its own (copied in ``__init__``) and never changed, and ``output`` is
+        the empty list it started with. Two orjson round trips fewer per request than ``_snapshot``."""
+        return self._response.copy()
 
     def _logprob_entry(self, token: int, lp: TokenLogprob) -> dict[str, Any]:
         token_bytes = self._token_bytes
