@@ -138,17 +138,22 @@ static P integer(P p, P e, long long *value) {
 
 static P value(P p, P e, int depth);
 
-static P array(P p, P e, int depth) {
-    p = skip_ws(p + 1, e);
-    if (p < e && *p == ']') return p + 1;
+/* The rest of an array after an element (at p): its further elements and its end. */
+static P array_rest(P p, P e, int depth) {
     for (;;) {
-        if ((p = value(p, e, depth)) == NULL) return BAIL;
         p = skip_ws(p, e);
         if (p >= e) return BAIL;
         if (*p == ']') return p + 1;
         if (*p != ',') return BAIL;
-        p = skip_ws(p + 1, e);
+        if ((p = value(skip_ws(p + 1, e), e, depth)) == NULL) return BAIL;
     }
+}
+
+static P array(P p, P e, int depth) {
+    p = skip_ws(p + 1, e);
+    if (p < e && *p == ']') return p + 1;
+    if ((p = value(p, e, depth)) == NULL) return BAIL;
+    return array_rest(p, e, depth);
 }
 
 /* Calls key(ctx, name, length, p) at each member's value (which it reads, returning its end or NULL). */
@@ -238,13 +243,7 @@ static P line_member(void *ctx, P key, Py_ssize_t length, P p, P e, int depth) {
         if (p >= e || *p != '{') return BAIL; /* empty, or not an object first: Python decides */
         if ((p = object(p, e, depth + 2, choice_member, &l->choice)) == NULL) return BAIL;
         l->fast = l->choice.token_ids == 1;
-        for (;;) {
-            p = skip_ws(p, e);
-            if (p >= e) return BAIL;
-            if (*p == ']') return p + 1;
-            if (*p != ',') return BAIL;
-            if ((p = value(skip_ws(p + 1, e), e, depth + 1)) == NULL) return BAIL;
-        }
+        return array_rest(p, e, depth + 1);
     }
     if (KEY("error")) return BAIL;
     if (KEY("usage")) {
