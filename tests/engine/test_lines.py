@@ -41,10 +41,10 @@ needs_compiled = pytest.mark.skipif(compiled is None, reason="the compiled scann
 PROMPT = [200006, 1428, 200008, 12194, 200007, 200006, 173781]
 
 
-def common(token: int, **fields: Any) -> dict[str, Any]:
-    """A completions chunk of one token, as vLLM streams it (``fields`` override the choice's)."""
+def common(*tokens: int, **fields: Any) -> dict[str, Any]:
+    """A completions chunk of ``tokens``, as vLLM streams it (``fields`` override the choice's)."""
     choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": None, "stop_reason": None}
-    choice.update(token_ids=[token], **fields)
+    choice.update(token_ids=list(tokens), **fields)
     return {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m", "choices": [choice]}
 
 
@@ -68,8 +68,9 @@ def json_values(scannable: bool) -> st.SearchStrategy[Any]:
 
 @st.composite
 def common_lines(draw: st.DrawFn, scannable: bool = True) -> bytes:
-    """A common line, its members reordered and spaced, with other fields of any JSON value."""
-    obj = common(draw(tokens))
+    """A common line (one id or several: vLLM's steps can outrun its output), its members reordered and
+    spaced, with other fields of any JSON value."""
+    obj = common(*draw(st.lists(tokens, min_size=1, max_size=4)))
     if draw(st.booleans()):
         obj["choices"][0]["text"] = draw(texts)
     if draw(st.booleans()):
@@ -108,6 +109,12 @@ OTHER_LINES = [
     sse(common(VOCAB_SIZE)),
     sse(common(-1)),
     sse({**common(13225), "choices": [{**common(1)["choices"][0], "token_ids": [1, 2]}]}),
+    sse(common(1, 2, VOCAB_SIZE)),
+    sse(common(1, -2)),
+    b'data: {"choices": [{"token_ids": [5, 6.0], "finish_reason": null}]}',
+    b'data: {"choices": [{"token_ids": [5,], "finish_reason": null}]}',
+    b'data: {"choices": [{"token_ids": [5 6], "finish_reason": null}]}',
+    b'data: {"choices": [{"token_ids": [ 5 , 6 ], "finish_reason": null}]}',
     sse({**common(13225), "choices": [{**common(1)["choices"][0], "token_ids": []}]}),
     sse({**common(13225), "choices": [{**common(1)["choices"][0], "token_ids": None}]}),
     sse({**common(13225), "choices": [{"index": 0, "text": "hi", "finish_reason": None}]}),
@@ -233,7 +240,7 @@ def test_the_scanner_takes_every_common_line(lines: list[bytes], ending: str) ->
     body = b"".join(line + ending.encode() for line in lines)
     ids: list[int] = []
     assert compiled(body, 0, _lines.MAX_LINE, VOCAB_SIZE, ids) == len(body)
-    assert ids == [orjson.loads(line[5:].strip())["choices"][0]["token_ids"][0] for line in lines]
+    assert ids == [t for line in lines for t in orjson.loads(line[5:].strip())["choices"][0]["token_ids"]]
 
 
 @needs_compiled

@@ -2,27 +2,27 @@
  * (vLLM, TensorRT-LLM) taken in C.
  *
  * take(buf, pos, max_line, vocab_size, out) reads the lines of buf from offset pos (a line's start) and
- * appends to the list out the token id of each line that is the stream's common case:
+ * appends to the list out the token ids of each line that is the stream's common case:
  *
- *     data: {"id": ..., "choices": [{"token_ids": [ID], "finish_reason": null, ...}], ...}
+ *     data: {"id": ..., "choices": [{"token_ids": [ID, ...], "finish_reason": null, ...}], ...}
  *
  * a JSON object with no "error" and no "usage" (or null), "object" not "error", a non-empty "choices" whose
- * first element has "token_ids" of exactly one integer 0 <= ID < vocab_size and no "finish_reason" (or null).
- * Lines the Python path passes over are passed over here too: blank ones, those that are neither "data:" nor
- * NDJSON's "{" (SSE comments, event names, the "\r" of CRLF framing), an empty "data:". It stops at the first
- * line that is anything else, or that it is not sure of,
- * and at a line without its newline yet, and returns that line's offset: the pure-Python path reads the
- * rest. So a line is taken here only when CompletionsReader.feed would take it the same way (its inline
- * case: the id appended, nothing else changed), which tests/engine/test_completion_lines.py holds it to for
- * any lines and any chunking. What is not sure (and so left to Python, which decides): any escape in a key,
- * a \u escape of half a surrogate pair, a number with a fraction or an exponent or more than 18 digits, a repeated
- * key among those read, nesting deeper than MAX_DEPTH, a line longer than max_line.
+ * first element has "token_ids" of one or more integers 0 <= ID < vocab_size and no "finish_reason" (or
+ * null). Lines the Python path passes over are passed over here too: blank ones, those that are neither
+ * "data:" nor NDJSON's "{" (SSE comments, event names, the "\r" of CRLF framing), an empty "data:". It
+ * stops at the first line that is anything else or that it is not sure of, and at a line without its
+ * newline yet, and returns that line's offset: the pure-Python path reads the rest. So a line is taken here
+ * only when CompletionsReader.feed would take it the same way (its ids appended, nothing else changed; no
+ * logprobs were asked for), which tests/engine/test_lines.py holds it to for any lines and any chunking.
+ * Not sure, and so left to Python, which decides: an escape in a key, a \u escape of half a surrogate pair,
+ * a number with a fraction or an exponent or more than 18 digits, a repeated key among those read, nesting
+ * deeper than MAX_DEPTH, a line longer than max_line.
  *
  * Hand-written rather than orjson.loads per line then feed(): that parse builds every object of the line
  * (0.55 us of the 1.64 us a token cost the loop, bench/engine_reads_bench.py) and the Python around it makes
- * several calls per line; here one call takes every such line of a read, building only the ids.
- * Every byte of a taken line is checked to be JSON (strings: UTF-8, escapes, no control characters), so no
- * line that orjson would refuse is taken.
+ * several calls per line; here one call takes every such line of a read, building only the ids. Every byte
+ * of a taken line is checked to be JSON (strings: UTF-8, escapes, no control characters), so no line that
+ * orjson would refuse is taken.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -203,22 +203,35 @@ static int is_null(P p, P e) { return e - p >= 4 && memcmp(p, "null", 4) == 0; }
 
 #define KEY(name) (length == (Py_ssize_t)(sizeof(name) - 1) && memcmp(key, name, sizeof(name) - 1) == 0)
 
-/* choices[0]: "token_ids": [ID] and "finish_reason" null or absent. */
+/* choices[0]: "token_ids": [ID, ...] and "finish_reason" null or absent. */
 typedef struct {
     int token_ids, finish_reason; /* seen */
-    long long token;
+    long long vocab_size;
+    P ids;                        /* the token_ids array's first id, read again once the line is known */
 } Choice;
+
+/* An id of token_ids at p: its end, or NULL for what Python must judge (a sign, -0, out of the vocabulary). */
+static P token_id(P p, P e, long long vocab_size, long long *token) {
+    if (p < e && *p == '-') return BAIL;
+    if ((p = integer(p, e, token)) == NULL || *token >= vocab_size) return BAIL;
+    return p;
+}
 
 static P choice_member(void *ctx, P key, Py_ssize_t length, P p, P e, int depth) {
     Choice *c = ctx;
+    long long token;
     if (KEY("token_ids")) {
         if (c->token_ids++) return BAIL;
         if (p >= e || *p != '[') return BAIL;
-        p = skip_ws(p + 1, e);
-        if (p < e && *p == '-') return BAIL; /* no token id, or -0: Python decides */
-        if ((p = integer(p, e, &c->token)) == NULL) return BAIL;
-        p = skip_ws(p, e);
-        return (p < e && *p == ']') ? p + 1 : BAIL;
+        c->ids = p = skip_ws(p + 1, e);
+        for (;;) { /* one id or more (vLLM sends several when its steps outrun its output) */
+            if ((p = token_id(p, e, c->vocab_size, &token)) == NULL) return BAIL;
+            p = skip_ws(p, e);
+            if (p >= e) return BAIL;
+            if (*p == ']') return p + 1;
+            if (*p != ',') return BAIL;
+            p = skip_ws(p + 1, e);
+        }
     }
     if (KEY("finish_reason")) {
         if (c->finish_reason++ || !is_null(p, e)) return BAIL;
@@ -264,12 +277,13 @@ static P line_member(void *ctx, P key, Py_ssize_t length, P p, P e, int depth) {
     return value(p, e, depth);
 }
 
-#define READ_IN_PYTHON -1
-#define PASSED_OVER -2
+#define READ_IN_PYTHON 0
+#define PASSED_OVER 1
+#define TAKEN 2
 
-/* The token of one line (without its newline); PASSED_OVER for a line the Python path passes over too
- * (neither "data:" nor NDJSON's "{", an empty "data:"); READ_IN_PYTHON for the rest. */
-static long long token_of(P p, P e, long long vocab_size) {
+/* One line (without its newline): TAKEN (*ids: its token_ids' first id), PASSED_OVER for a line the Python
+ * path passes over too (neither "data:" nor NDJSON's "{", an empty "data:"), READ_IN_PYTHON for the rest. */
+static int read_line(P p, P e, long long vocab_size, P *ids) {
     Line l;
     if (e - p < 5 || memcmp(p, "data:", 5) != 0) return *p == '{' ? READ_IN_PYTHON : PASSED_OVER;
     p += 5;
@@ -281,10 +295,29 @@ static long long token_of(P p, P e, long long vocab_size) {
     if (p >= e) return PASSED_OVER;
     if (*p != '{') return READ_IN_PYTHON;
     memset(&l, 0, sizeof l);
+    l.choice.vocab_size = vocab_size;
     if ((p = object(p, e, 1, line_member, &l)) == NULL) return READ_IN_PYTHON;
     if (p != e || !l.fast) return READ_IN_PYTHON;
-    if (l.choice.token < 0 || l.choice.token >= vocab_size) return READ_IN_PYTHON;
-    return l.choice.token;
+    *ids = l.choice.ids;
+    return TAKEN;
+}
+
+/* Append the ids of a token_ids array read already (at p, its first id) to out. */
+static int append_ids(P p, P e, PyObject *out) {
+    long long token;
+    for (;;) {
+        PyObject *id;
+        p = integer(p, e, &token);
+        if ((id = PyLong_FromLongLong(token)) == NULL) return -1;
+        if (PyList_Append(out, id) < 0) {
+            Py_DECREF(id);
+            return -1;
+        }
+        Py_DECREF(id);
+        p = skip_ws(p, e);
+        if (*p == ']') return 0;
+        p = skip_ws(p + 1, e);
+    }
 }
 
 static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -310,23 +343,14 @@ static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (pos < size) {
         P start = buf + pos;
         P nl = memchr(start, '\n', size - pos);
-        long long token;
-        PyObject *id;
+        P ids;
+        int read;
         if (nl == NULL) break; /* not whole yet */
         if (nl > start) {
             if (nl - start > max_line) break;
-            token = token_of(start, nl, vocab_size);
-            if (token == READ_IN_PYTHON) break;
-            if (token == PASSED_OVER) {
-                pos = nl + 1 - buf;
-                continue;
-            }
-            if ((id = PyLong_FromLongLong(token)) == NULL) return NULL;
-            if (PyList_Append(out, id) < 0) {
-                Py_DECREF(id);
-                return NULL;
-            }
-            Py_DECREF(id);
+            read = read_line(start, nl, vocab_size, &ids);
+            if (read == READ_IN_PYTHON) break;
+            if (read == TAKEN && append_ids(ids, nl, out) < 0) return NULL;
         }
         pos = nl + 1 - buf;
     }

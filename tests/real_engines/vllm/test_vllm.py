@@ -19,7 +19,8 @@ import httpx
 import openai
 import pytest
 
-from harmony_responses.engine import EngineOptions, EngineRefused, GenerateRequest, VLLMEngine
+from harmony_responses.engine import EngineOptions, EngineRefused, GenerateRequest, VLLMEngine, _lines
+from harmony_responses.tokens import TokenChunk
 
 from ..gateway import Gateway, start_gateway
 from .conftest import MAX_LOGPROBS, MAX_MODEL_LEN, VLLM, EarlyGateway, harmony
@@ -503,3 +504,39 @@ def test_a_priority_sent_to_an_fcfs_vllm_is_taken_and_ignored(completions: VLLM)
 
     items = asyncio.run(run())
     assert items and completions.events("case-fcfs-priority", "new")
+
+
+def test_the_compiled_scanner_takes_vllms_token_lines(completions: VLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's own stream is what the scanner (engine/_lines.py) is for: it takes every line of token ids that
+    does not finish the generation (a line of several ids, text of emoji and CJK split mid-character,
+    included) and leaves only the finishing line, the usage and [DONE]; the adapter reads the same ids through
+    it as through the pure-Python path."""
+    scanner = _lines.COMPILED
+    if scanner is None:
+        pytest.skip(f"no compiled scanner here ({_lines.describe()})")
+    assert completions.script is not None
+    ids = completions.script.say("case-scan", final("Hi 🚀 ok 你好世界, one two three."))
+    prompt = harmony("<|start|>user<|message|>case-scan<|end|><|start|>assistant")
+    taken: list[int] = []
+    left: list[bytes] = []  # what it left of each read, from the line it stopped at
+
+    def counting(buf: bytes, pos: int, max_line: int, vocab_size: int, out: list[int]) -> int:
+        before = len(out)
+        end = scanner(buf, pos, max_line, vocab_size, out)
+        taken.extend(out[before:])
+        left.append(buf[end:])
+        return end
+
+    read = {}
+    for name, take in (("compiled", counting), ("pure Python", None)):
+        monkeypatch.setattr(_lines, "COMPILED", take)
+        _, items = _adapter_call(completions, GenerateRequest(prompt_ids=prompt, max_tokens=100))
+        read[name] = [t for item in items if isinstance(item, TokenChunk) for t in item.token_ids]
+        assert items[-1].reason == "stop"
+    assert read["compiled"] == read["pure Python"] == ids
+    assert taken and taken == ids[: len(taken)]
+    for rest in left:
+        for line in rest.split(b"\n")[:-1]:  # whole lines only
+            if line.startswith(b"data: {"):
+                choices = json.loads(line[6:])["choices"]
+                assert not choices or choices[0]["finish_reason"] is not None, line  # not one it should take
