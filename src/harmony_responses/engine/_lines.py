@@ -42,7 +42,7 @@ try:
     from ._completion_lines import take as _compiled  # type: ignore[import-not-found,unused-ignore]
 except ImportError as exc:
     _compiled = None
-    _why_not = f"not built ({exc})"
+    _why_not = f"the compiled scanner was not built ({exc})"
 if _compiled is not None and os.environ.get("HARMONY_RESPONSES_PURE_PYTHON"):
     _compiled = None
     _why_not = "HARMONY_RESPONSES_PURE_PYTHON is set"
@@ -55,7 +55,7 @@ def describe() -> str:
     """What start-up says of how completions lines are read."""
     if COMPILED is not None:
         return "lines read by the compiled scanner"
-    return f"lines read in pure Python: the compiled scanner is {_why_not}"
+    return f"lines read in pure Python: {_why_not}"
 
 
 def excerpt(value: object) -> str:
