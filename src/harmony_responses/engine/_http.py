@@ -6,8 +6,8 @@ call that is made per engine call and read chunk by chunk; everything else (star
 detokenize) through one ``aiohttp.ClientSession`` with explicit ``ClientTimeout``. The stream loop every
 adapter needs:
 
-    POST → status check → SSE/NDJSON lines (split from each read) → adapter's ``StreamReader.feed(obj)``
-         → ``TokenChunk``s (one per read, ``take``) → stop id settled → ``EngineEnd``
+    POST → status check → SSE/NDJSON lines (split from each read, ``_lines.py``) → adapter's
+         ``StreamReader.feed(obj)`` → ``TokenChunk``s (one per read, ``take``) → stop id settled → ``EngineEnd``
 
 aiohttp rather than httpx for the rest: a burst of 64 concurrent streaming POSTs cost httpx 1.1-1.7 ms of
 CPU per request and aiohttp 0.16-0.47 ms; the stream client costs less again (its docstring).
