@@ -1,7 +1,7 @@
 """An engine stream's lines: each socket read's bytes split into SSE/NDJSON lines, each line's object fed to the
 adapter's ``StreamReader`` (engine/_http.py's stream loop calls ``Lines.read`` once per read).
 
-A completions stream (vLLM, TensorRT-LLM) is almost all one kind of line, one token id each. Those lines are
+A completions stream (vLLM, TensorRT-LLM) is almost all one kind of line: a token id or a few. Those lines are
 taken by a compiled scanner when it could be built (``_completion_lines.c``, built by ``pip install`` when a
 C compiler is there): one call per read for every such line at its start, the ids handed to the reader at
 once, where the pure-Python path parses each line with ``orjson`` and feeds it. The scanner takes a line only
@@ -55,7 +55,7 @@ def describe() -> str:
     """What start-up says of how completions lines are read."""
     if COMPILED is not None:
         return "lines read by the compiled scanner"
-    return f"lines read in pure Python: {_why_not}"
+    return f"lines read in pure Python: {_why_not or 'the compiled scanner is off'}"
 
 
 def excerpt(value: object) -> str:
