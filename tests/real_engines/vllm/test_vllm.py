@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import openai
 import pytest
 
 from harmony_responses.engine import EngineOptions, EngineRefused, GenerateRequest, VLLMEngine, _lines
+from harmony_responses.engine._lines import Lines
+from harmony_responses.engine._vllm import CompletionsReader
 from harmony_responses.tokens import TokenChunk
 
 from ..gateway import Gateway, start_gateway
@@ -506,37 +509,61 @@ def test_a_priority_sent_to_an_fcfs_vllm_is_taken_and_ignored(completions: VLLM)
     assert items and completions.events("case-fcfs-priority", "new")
 
 
-def test_the_compiled_scanner_takes_vllms_token_lines(completions: VLLM, monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM's own stream is what the scanner (engine/_lines.py) is for: it takes every line of token ids that
-    does not finish the generation (a line of several ids, text of emoji and CJK split mid-character,
-    included) and leaves only the finishing line, the usage and [DONE]; the adapter reads the same ids through
-    it as through the pure-Python path."""
+def test_the_compiled_scanner_takes_vllms_token_lines(
+    completions: VLLM, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """vLLM's own stream is what the scanner (engine/_lines.py) is for: it takes exactly the lines of token ids
+    that do not finish the generation (several ids a line, text of emoji and CJK split mid-character, included),
+    and the pure-Python path reads the same bytes to the same ids.
+
+    vLLM may send a whole short answer in its finishing line (its steps outran its output): the request is held
+    (the executor's ``hold``) until the scanner has taken a line, so that there are lines for it to take."""
     scanner = _lines.COMPILED
     if scanner is None:
         pytest.skip(f"no compiled scanner here ({_lines.describe()})")
     assert completions.script is not None
-    ids = completions.script.say("case-scan", final("Hi 🚀 ok 你好世界, one two three."))
+    hold = tmp_path / "hold"
+    hold.touch()
+    completions.script.say("case-scan", final("Hi 🚀 ok 你好世界, one two three."), hold=hold)
     prompt = harmony("<|start|>user<|message|>case-scan<|end|><|start|>assistant")
     taken: list[int] = []
-    left: list[bytes] = []  # what it left of each read, from the line it stopped at
+    reads: list[bytes] = []  # what each read gave the stream loop
 
     def counting(buf: bytes, pos: int, max_line: int, vocab_size: int, out: list[int]) -> int:
         before = len(out)
         end = scanner(buf, pos, max_line, vocab_size, out)
         taken.extend(out[before:])
-        left.append(buf[end:])
         return end
 
-    read = {}
-    for name, take in (("compiled", counting), ("pure Python", None)):
-        monkeypatch.setattr(_lines, "COMPILED", take)
-        _, items = _adapter_call(completions, GenerateRequest(prompt_ids=prompt, max_tokens=100))
-        read[name] = [t for item in items if isinstance(item, TokenChunk) for t in item.token_ids]
-        assert items[-1].reason == "stop"
-    assert read["compiled"] == read["pure Python"] == ids
-    assert taken and taken == ids[: len(taken)]
-    for rest in left:
-        for line in rest.split(b"\n")[:-1]:  # whole lines only
-            if line.startswith(b"data: {"):
-                choices = json.loads(line[6:])["choices"]
-                assert not choices or choices[0]["finish_reason"] is not None, line  # not one it should take
+    read = Lines.read
+
+    def recording(self: Lines, data: bytes) -> None:
+        reads.append(data)
+        read(self, data)
+
+    monkeypatch.setattr(_lines, "COMPILED", counting)
+    monkeypatch.setattr(Lines, "read", recording)
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(_adapter_call, completions, GenerateRequest(prompt_ids=prompt, max_tokens=100))
+        try:
+            wait_for(lambda: taken or call.done(), timeout=120, what="a line taken by the scanner")
+        finally:
+            hold.unlink()  # the request finishes
+        _, items = call.result(timeout=120)
+    assert items[-1].reason == "stop"
+    got = [t for item in items if isinstance(item, TokenChunk) for t in item.token_ids]
+
+    body = b"".join(reads)
+    expected = []  # the ids of the lines that do not finish the generation
+    for line in body.split(b"\n"):
+        if line.startswith(b"data: {"):
+            choices = json.loads(line[6:])["choices"]
+            if choices and choices[0]["finish_reason"] is None:
+                expected += choices[0]["token_ids"]
+    assert taken and taken == expected
+
+    reader = CompletionsReader(GenerateRequest(prompt_ids=prompt, max_tokens=100), "vllm")
+    pure = Lines(reader, "vllm", None)
+    for data in reads:
+        read(pure, data)
+    assert reader.generated == got
