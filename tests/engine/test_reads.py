@@ -25,6 +25,12 @@ from harmony_responses.translate import Translator
 from harmony_responses.vocab import load_encoding, load_vocabulary
 
 PROMPT = [200006, 1428, 200008, 12194, 200007, 200006, 173781]
+HELLO = [200005, 17196, 200008, 13225, 1303, 200002]  # <|channel|>final<|message|>Hello there<|return|>
+
+
+def line(ids: list[int], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": finish, "stop_reason": None}
+    return b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n"
 
 
 @pytest.fixture(autouse=True, params=["compiled", "pure Python"])
@@ -35,14 +41,6 @@ def line_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         pytest.skip("the compiled scanner was not built here")
     if request.param == "pure Python":
         monkeypatch.setattr(_lines, "COMPILED", None)
-
-
-HELLO = [200005, 17196, 200008, 13225, 1303, 200002]  # <|channel|>final<|message|>Hello there<|return|>
-
-
-def line(ids: list[int], finish: str | None = None) -> bytes:
-    choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": finish, "stop_reason": None}
-    return b"data: " + orjson.dumps({"id": "c", "choices": [choice]}) + b"\n\n"
 
 
 @contextlib.asynccontextmanager

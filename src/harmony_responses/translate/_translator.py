@@ -1303,7 +1303,8 @@ class Translator:
         """The Response as it stands before any output, for the events that open it: a copy of its top level.
         Enough until the terminal event: until then the translator only sets top-level keys (``status``) of its
         Response, whose nested values are its own (copied in ``__init__``) and never changed, and ``output`` is
-        the empty list it started with. Two orjson round trips fewer per request than ``_snapshot``."""
+        the empty list it started with. These events share those values with it, as nothing downstream changes
+        an event's Response (only the terminal one's, a deep copy). Two orjson round trips fewer per request."""
         return self._response.copy()
 
     def _logprob_entry(self, token: int, lp: TokenLogprob) -> dict[str, Any]:
