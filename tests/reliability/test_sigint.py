@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from api.helpers import MODEL
 
-from .server_process import server_process
+from .server_process import BIN, free_port, server_process
 
 
 def _ignore_sigint() -> None:
@@ -82,3 +83,47 @@ def test_a_second_sigint_mid_stream_ends_the_server_at_once(tmp_path: Path, disp
         stored = httpx.get(f"{again.root}/v1/responses/{response_id}", timeout=30).json()
     assert stored["status"] == "failed", stored
     assert "stopped before it finished" in stored["error"]["message"]
+
+
+def _starting_workers(pid: int) -> int:
+    """How many of ``pid``'s children are running Python's start-up code: openai_harmony's library is loaded
+    (the interpreter and its SIGINT handler are up; the vocabulary and the server come after it)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0
+    loaded = 0
+    for child in children:
+        try:
+            loaded += "openai_harmony" in Path(f"/proc/{child}/maps").read_text()
+        except OSError:
+            pass
+    return loaded
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds the worker processes in /proc (Linux)")
+def test_a_ctrl_c_while_workers_start_ends_them_without_a_traceback(tmp_path: Path) -> None:
+    """Ctrl-C while ``--workers`` are still starting (importing, loading the vocabulary: seconds on a busy
+    machine) ends them quietly: they have nothing to finish, and Python's SIGINT would raise KeyboardInterrupt
+    wherever their start-up is, a traceback on the terminal. (Found by the test above on a busy machine, where
+    one worker was still starting when the first one answered.)"""
+    script = tmp_path / "answer.jsonl"
+    script.write_text(json.dumps({"harmony": "<|channel|>final<|message|>hi<|return|>"}))
+    args = ["serve", "--port", str(free_port()), "--workers", "2", "--store", f"sqlite:{tmp_path / 's.sqlite3'}"]
+    process = subprocess.Popen(
+        [str(BIN), *args, "--engine", f"replay:{script}", "--model", MODEL],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while _starting_workers(process.pid) < 2:  # both workers in their start-up, neither listening yet
+            assert process.poll() is None, process.communicate()[1]
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr

@@ -19,7 +19,8 @@ The parent:
   does), after stopping the others;
 - forwards SIGTERM and SIGINT to every worker (workers run in their own process group, so a terminal's
   Ctrl-C reaches the parent only and is not delivered twice) and waits for each: the shutdown grace applies
-  in each;
+  in each; a worker still starting gets SIGTERM for a SIGINT (it has nothing to finish, and a KeyboardInterrupt
+  in its imports would print a traceback);
 - restarts a worker that exits unexpectedly, after a backoff that grows while it keeps failing;
 - with N > 1, points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder (unless set) so that metrics add up
   across workers.
@@ -264,8 +265,11 @@ class _Supervisor:
             for sig in queue[sent:]:
                 for worker in self.workers:
                     if worker.process is not None and worker.process.is_alive():
+                        # A worker still starting has nothing to finish: SIGTERM ends it where it is, while
+                        # Python's SIGINT would raise KeyboardInterrupt there, a traceback on the terminal.
+                        forwarded = sig if worker.ready or sig != signal.SIGINT else signal.SIGTERM
                         with contextlib.suppress(ProcessLookupError):
-                            os.kill(worker.process.pid or 0, sig)
+                            os.kill(worker.process.pid or 0, forwarded)
             sent = len(queue)
             for worker in self.workers:
                 if worker.process is not None and not worker.process.is_alive():
