@@ -375,7 +375,7 @@ class StreamReader(abc.ABC):
     afterwards, was part of the 1.4 µs per token this loop shed (bench/engine_reads_bench.py: 3.0 → 1.6).
     """
 
-    # Its ``feed`` takes the completions stream's common line (engine/_lines.py) as ``feed_common`` does: the
+    # Its ``feed`` takes the completions stream's common line (engine/_lines.py) as ``chunk(ids, None)`` does: the
     # compiled scanner may then take those lines for it.
     common_lines = False
 
@@ -415,12 +415,6 @@ class StreamReader(abc.ABC):
             if self._lps is None:
                 self._lps = []
             self._lps.extend(logprobs)
-
-    def feed_common(self, ids: list[int]) -> None:
-        """The ids of common lines the compiled scanner took (engine/_lines.py), in order: what ``feed`` does
-        for each such line when no logprobs were asked for (none are open then)."""
-        self.generated.extend(ids)
-        self._ids.extend(ids)
 
     def take(self) -> list[TokenChunk]:
         """The ids fed since the last call, as chunks (empty when none came)."""

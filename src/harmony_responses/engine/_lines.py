@@ -98,7 +98,7 @@ class Lines:
                 ids = self._ids
                 pos = take(buf, 0, MAX_LINE, VOCAB_SIZE, ids)
                 if ids:
-                    self.reader.feed_common(ids)
+                    self.reader.chunk(ids, None)  # what feed does with each such line
                     ids.clear()
                 if pos == len(buf):  # the read was all common lines (its usual case): nothing left to split
                     self.tail = b""
