@@ -243,8 +243,7 @@ static P choice_member(void *ctx, P key, Py_ssize_t length, P p, P e, int depth)
 /* The line's object: "choices", "error", "object", "usage". */
 typedef struct {
     int choices, object, usage; /* seen */
-    int fast;                   /* choices[0] is the common case */
-    Choice choice;
+    Choice choice;              /* choices[0]: the common case when its token_ids were read */
 } Line;
 
 static P line_member(void *ctx, P key, Py_ssize_t length, P p, P e, int depth) {
@@ -255,7 +254,6 @@ static P line_member(void *ctx, P key, Py_ssize_t length, P p, P e, int depth) {
         p = skip_ws(p + 1, e);
         if (p >= e || *p != '{') return BAIL; /* empty, or not an object first: Python decides */
         if ((p = object(p, e, depth + 2, choice_member, &l->choice)) == NULL) return BAIL;
-        l->fast = l->choice.token_ids == 1;
         return array_rest(p, e, depth + 1);
     }
     if (KEY("error")) return BAIL;
@@ -297,7 +295,7 @@ static int read_line(P p, P e, long long vocab_size, P *ids) {
     memset(&l, 0, sizeof l);
     l.choice.vocab_size = vocab_size;
     if ((p = object(p, e, 1, line_member, &l)) == NULL) return READ_IN_PYTHON;
-    if (p != e || !l.fast) return READ_IN_PYTHON;
+    if (p != e || !l.choice.token_ids) return READ_IN_PYTHON;
     *ids = l.choice.ids;
     return TAKEN;
 }
