@@ -4,8 +4,11 @@ Run: ``python bench/ab_bench.py [REV]`` (default ``HEAD``). One change at a time
 machine's drift between two runs of ``scale_bench.py`` (its first-token figures move by ±20 % from one
 minute to the next), so here both servers run at once, in front of one vLLM fake, with the bare proxy, and
 the three take turns burst by burst (the order reversed every other round): the drift falls on all alike.
-REV's ``src`` is checked out in a temporary git worktree (removed at the end) and imported ahead of the
-installed package; both servers use this checkout's virtual environment.
+REV's ``src`` is checked out in a temporary git worktree (removed at the end), its compiled modules built
+there (``setup.py build_ext --inplace``: a built module is not in git, and without it REV would read its engine
+lines in pure Python), and imported ahead of the installed package; both servers use this checkout's virtual
+environment. Before this, REV ran without its scanner: A/B figures against a REV with one, from before, favour
+the working tree.
 
 Figures per reader: first-token p50 and p99 over all bursts, p50 as a ratio to the bare proxy's, the median
 of the bursts' own p50s, CPU per text token, text tokens per second over the bursts (all tokens over the sum of
@@ -43,6 +46,16 @@ def server(port: int, fake: int, src: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def build_extensions(tree: Path) -> str:
+    """Build REV's compiled modules in its worktree, as an install of it would (a built module is not in git):
+    without them REV would read its engine lines in pure Python and lose the comparison for that alone."""
+    if not (tree / "setup.py").exists():
+        return "none to build"
+    argv = [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--build-temp", str(tree / "build")]
+    done = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
+    return "built" if done.returncode == 0 else f"not built: {done.stderr.strip().splitlines()[-1:]}"
+
+
 def main() -> None:
     rev = sys.argv[1] if len(sys.argv) > 1 else "HEAD"
     label = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True)
@@ -51,6 +64,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work, tree = Path(tmp), Path(tmp) / "rev"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), rev], check=True)
+        built = build_extensions(tree)
         procs: dict[str, subprocess.Popen[bytes]] = {}
         try:
             (work / "direct.json").write_text(json.dumps(direct_body()))
@@ -98,6 +112,7 @@ def main() -> None:
                             medians[name].append(pct(firsts, 0.5))
             pace = "flat out" if PACE == "0" else f"paced at {PACE} ms per token"
             print(f"\n{ROUNDS} bursts of {STREAMS} streams each, {TOKENS} text tokens per stream, {pace}")
+            print(f"  {rev}'s compiled modules: {built}")
             print(
                 f"  {'reading':<24} {'first p50 ms':>12} {'p99 ms':>8} {'p50 ÷ bare':>10} {'bursts p50':>10} "
                 f"{'CPU µs/token':>12} {'tokens/s':>9} {'no token':>8}"
