@@ -211,10 +211,12 @@ class Traffic:
         Holds that keep running out mean requests arrive faster than they start (the process is
         overloaded). A burst of them (64 requests 2 ms apart) still gets the loop first, but after
         ``OVERLOAD_SPAN`` of it the streams already flowing get ``START_LIMIT`` free of holds, so that
-        they keep a fifth of the loop instead of one batch per hold. While the lane has a queue its starts
-        are going on, one after another: a hold that ran out would give the loop one batch of a flowing
-        stream (hundreds of tokens after a fast engine's read, a millisecond), and a burst of 256 lost most
-        of the loop to those between its starts.
+        they keep a fifth of the loop instead of one batch per hold; unless fewer requests wait in the lane
+        than a span before (a burst draining, nothing arriving behind it), for ``DRAIN_SPAN`` at most, so
+        that the burst's last starts do not wait behind a spell of the flowing streams. While the lane has a
+        queue its starts are going on, one after another: a hold that ran out would give the loop one batch
+        of a flowing stream (hundreds of tokens after a fast engine's read, a millisecond), and a burst of 256
+        lost most of the loop to those between its starts.
         """
         if self._clear is None or self._clear.done():
             self._clear = asyncio.get_running_loop().create_future()
