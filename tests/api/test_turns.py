@@ -211,60 +211,10 @@ def test_a_start_past_its_limit_is_still_not_held_before_its_first_delta(monkeyp
     assert times["slow"] - times["newer"] < 0.12
 
 
-def test_streams_held_through_the_lane_stay_held_until_its_last_requests_have_started(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """When the lane drains, its last requests are still starting: the streams held meanwhile wait for their
-    first deltas too (START_LIMIT at most). Woken as the lane drained, a few hundred held streams would each
-    run a batch (a big read after the hold) in the loop turn those requests' first chunks wait behind."""
-    monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
-    monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 4 * 0.3)
-    monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 15 of them, 0.45 s
-    old_writes: list[float] = []
-    let_in: list[float] = []
-    first_deltas: list[float] = []
-
-    async def old_send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body" and message["body"]:
-            old_writes.append(anyio.current_time())
-
-    async def new_send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body" and b".delta\n" in message["body"]:
-            first_deltas.append(anyio.current_time())
-
-    async def laned(scope: Any, receive: Any, send: Any) -> None:
-        await _turns.enter_lane()
-        let_in.append(anyio.current_time())
-        await RunResponse(Run(1, start_delay=0.1), stream=True)(scope, receive, send)
-
-    async def main() -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(FirstTokensFirst(RunResponse(Run(200_000), stream=True)), SCOPE, _receive, old_send)
-            while len(old_writes) < 5:
-                await anyio.sleep(0)
-            for _ in range(15):
-                group.start_soon(FirstTokensFirst(laned), SCOPE, _receive, new_send)
-            while len(first_deltas) < 15:
-                await anyio.sleep(0.01)
-            group.cancel_scope.cancel()
-
-    anyio.run(main)
-    # From before the last request was let in (the lane drained as it was) to its first delta: none.
-    before_last, last_first = sorted(let_in)[-2], max(first_deltas)
-    assert before_last - min(let_in) > _turns.START_LIMIT  # the old stream's hold went on through the queue
-    assert [t for t in old_writes if before_last <= t <= last_first] == []
-
-
-def test_a_burst_draining_through_the_lane_is_not_overload(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A burst's requests starting one group after another, none arriving behind them, keep the flowing stream
-    held until the last of them has its first delta, however long past OVERLOAD_SPAN that takes (up to
-    DRAIN_SPAN): a free spell in the middle put the flowing streams' work before the burst's last first tokens
-    (p99 of a burst of 256, bench/ab_bench.py). The queue is let in in groups of LANE_GROUP of it at least."""
-    monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
-    monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 0.6)
-    monkeypatch.setattr(_turns, "DRAIN_SPAN", 30.0)
-    monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 40 of them, ~0.7 s
-    burst = 40
+def _burst_through_lane(burst: int) -> tuple[list[float], list[float], list[float]]:
+    """A stream flowing flat out, then ``burst`` requests at once, each asking for the lane and keeping it for
+    LANE_LIMIT: when the flowing stream wrote, when each request was let in (sorted), when each sent its
+    first delta."""
     old_writes: list[float] = []
     let_in: list[float] = []
     first_deltas: list[float] = []
@@ -294,9 +244,38 @@ def test_a_burst_draining_through_the_lane_is_not_overload(monkeypatch: pytest.M
             group.cancel_scope.cancel()
 
     anyio.run(main)
-    let_in.sort()
+    return old_writes, sorted(let_in), first_deltas
+
+
+def test_streams_held_through_the_lane_stay_held_until_its_last_requests_have_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the lane drains, its last requests are still starting: the streams held meanwhile wait for their
+    first deltas too (START_LIMIT at most). Woken as the lane drained, a few hundred held streams would each
+    run a batch (a big read after the hold) in the loop turn those requests' first chunks wait behind."""
+    monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
+    monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 4 * 0.3)
+    monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 15 of them, 0.45 s
+    old_writes, let_in, first_deltas = _burst_through_lane(15)
+    # From before the last request was let in (the lane drained as it was) to its first delta: none.
+    before_last, last_first = let_in[-2], max(first_deltas)
+    assert before_last - let_in[0] > _turns.START_LIMIT  # the old stream's hold went on through the queue
+    assert [t for t in old_writes if before_last <= t <= last_first] == []
+
+
+def test_a_burst_draining_through_the_lane_is_not_overload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst's requests starting one group after another, none arriving behind them, keep the flowing stream
+    held until the last of them has its first delta, however long past OVERLOAD_SPAN that takes (up to
+    DRAIN_SPAN): a free spell in the middle put the flowing streams' work before the burst's last first tokens
+    (p99 of a burst of 256, bench/ab_bench.py). The queue is let in in groups of LANE_GROUP of it at least."""
+    monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
+    monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 0.6)
+    monkeypatch.setattr(_turns, "DRAIN_SPAN", 30.0)
+    monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 48 of them, ~1.2 s
+    burst = 48
+    old_writes, let_in, first_deltas = _burst_through_lane(burst)
     assert let_in[-1] - let_in[0] > _turns.OVERLOAD_SPAN  # the drain outlasted a span of the overload rule
     assert [t for t in old_writes if let_in[1] <= t <= max(first_deltas)] == []
     # In groups while the queue was long (16 or more waiting): fewer let-ins than requests, the first alone.
     moments = [t for i, t in enumerate(let_in) if i == 0 or t - let_in[i - 1] > 0.01]
-    assert len(moments) < burst - 3 and let_in[1] - let_in[0] > 0.01
+    assert len(moments) <= burst - 6 and let_in[1] - let_in[0] > 0.01
