@@ -246,10 +246,6 @@ class Traffic:
             # loop turn their first chunks wait behind.
             free_in = self._window_since + OVERLOAD_SPAN - now
             await asyncio.wait((clear,), timeout=max(free_in, 0.001))
-            if not clear.done() and not self.lane.queued:
-                # The lane drained meanwhile: its last requests are still starting (START_LIMIT at most).
-                await asyncio.wait((clear,), timeout=START_LIMIT)
-                return
 
     def _started(self) -> None:
         self.starting -= 1
