@@ -243,7 +243,8 @@ class Traffic:
             # flowing streams, and not every START_LIMIT meanwhile (a few hundred held streams woke thousands of
             # times during a burst of 256, for nothing). Not when the lane drains: its last requests are still
             # starting then, and every stream held through it would run a batch (a big read after a hold) in the
-            # loop turn their first chunks wait behind.
+            # loop turn their first chunks wait behind. (A wake at the span's end after the lane drained does
+            # return: waiting there too for the last starts made the p99 of bursts of 256 worse, 093ade8.)
             free_in = self._window_since + OVERLOAD_SPAN - now
             await asyncio.wait((clear,), timeout=max(free_in, 0.001))
 
@@ -364,7 +365,8 @@ class _Lane:
             most = max(1, min(LANE_MOST, int(other / (LANE_SHARE * self._cost))))
         # A long queue goes in groups, LANE_GROUP of it at a time at least: each let-in is a loop turn of its
         # own, and 256 of them one by one (a burst of 256) put their overhead on the last requests' first
-        # tokens (p99 1.6-1.9x the bare proxy's, paced; 1.4 in groups, the median unchanged: bench/ab_bench.py).
+        # tokens (with DRAIN_SPAN, p99 of bursts of 256 422 -> 380 ms paced and 539 -> 349 flat out, the
+        # medians no worse: docs/reference/benchmarks.md, "The start lane in groups").
         most = max(most, int(len(queue) * LANE_GROUP))
         self._let_in_at = now
         self._work = 0.0
