@@ -186,6 +186,30 @@ def test_a_start_that_waits_too_long_lets_the_next_one_in() -> None:
     assert asyncio.run(main()) == ["slow in", "quick in", "quick done", "slow done"]
 
 
+def test_a_long_queue_goes_in_groups_of_at_most_lane_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue is let in by groups (LANE_GROUP of it), never more than LANE_MOST at once however long it is."""
+    monkeypatch.setattr(turns, "LANE_GROUP", 1 / 2)
+    monkeypatch.setattr(turns, "LANE_MOST", 3)
+
+    async def main() -> list[int]:
+        inside, sizes = 0, []
+
+        async def request() -> None:
+            nonlocal inside
+            with turns.starting():
+                await turns.enter_lane()
+                inside += 1
+                sizes.append(inside)
+                await asyncio.sleep(0)  # the others let in with it run meanwhile
+                inside -= 1
+                turns.leave_lane()
+
+        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(30))), timeout=30)
+        return sizes
+
+    assert max(asyncio.run(main())) == 3
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_requests_in_a_quiet_loop_start_at_once(n: int) -> None:
     """Requests that arrive one loop turn or more apart are let in straight away."""

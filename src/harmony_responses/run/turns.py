@@ -362,12 +362,12 @@ class _Lane:
             # The loop's other work since the last ones were let in: when it is many starts' worth (streams
             # that cannot be held, or a free spell of the overload rule), more start together.
             other = now - self._let_in_at - self._work
-            most = max(1, min(LANE_MOST, int(other / (LANE_SHARE * self._cost))))
+            most = int(other / (LANE_SHARE * self._cost))
         # A long queue goes in groups, LANE_GROUP of it at a time at least: each let-in is a loop turn of its
         # own, and 256 of them one by one (a burst of 256) put their overhead on the last requests' first
         # tokens (with DRAIN_SPAN, p99 of bursts of 256 422 -> 380 ms paced and 539 -> 349 flat out, the
-        # medians no worse: docs/reference/benchmarks.md, "The start lane in groups").
-        most = max(most, int(len(queue) * LANE_GROUP))
+        # medians no worse: docs/reference/benchmarks.md, "The start lane in groups"). LANE_MOST at most.
+        most = max(1, min(LANE_MOST, max(most, int(len(queue) * LANE_GROUP))))
         self._let_in_at = now
         self._work = 0.0
         while queue and most:
