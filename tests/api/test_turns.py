@@ -7,6 +7,7 @@ too long must not hold anyone.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -279,3 +280,37 @@ def test_a_burst_draining_through_the_lane_is_not_overload(monkeypatch: pytest.M
     # In groups while the queue was long (16 or more waiting): fewer let-ins than requests, the first alone.
     moments = [t for i, t in enumerate(let_in) if i == 0 or t - let_in[i - 1] > 0.01]
     assert len(moments) <= burst - 6 and let_in[1] - let_in[0] > 0.01
+
+
+def test_held_producers_wake_at_their_deadlines_or_all_at_once() -> None:
+    """A hold ends at its own deadline or as soon as no request is starting, whichever comes first; a held
+    producer cancelled meanwhile (its client gone) wakes no one and is woken by no one."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        wakes = _turns._Wakes(loop)
+        soon, later, gone = wakes.wait(0.001), wakes.wait(60), wakes.wait(60)
+        await soon
+        assert not later.done()
+        gone.cancel()
+        wakes.wake_all()
+        assert later.done() and gone.cancelled()
+        await later
+
+    asyncio.run(main())
+
+
+def test_holds_that_keep_running_out_are_not_kept_once_woken() -> None:
+    """Requests starting back to back for long: no moment with none starting wakes every holder at once, and
+    the waiters the deadlines woke are dropped as new ones come, so the bookkeeping stays as big as the holds
+    under way (not one entry per hold since the server last had no request starting)."""
+
+    async def main() -> None:
+        wakes = _turns._Wakes(asyncio.get_running_loop())
+        for _ in range(50):
+            held = [wakes.wait(0.001) for _ in range(40)]
+            await asyncio.gather(*held)
+        assert len(wakes._all) <= 2 * _turns.SWEEP_AT
+        wakes.wake_all()
+
+    asyncio.run(main())
