@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from starlette.routing import Route
 
 from harmony_responses.engine import EngineError, EngineStream, GenerateRequest, MockEngine
 from harmony_responses.tokens import EngineEnd, TokenChunk
@@ -49,6 +50,30 @@ def test_health_and_models(shared_server: Live) -> None:
     assert client.models.retrieve(MODEL).id == MODEL
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("gpt-7")
+
+
+def test_responses_posts_go_straight_to_their_route_and_answer_as_routed(
+    shared_server: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``POST /v1/responses`` skips the router (http/hot_route.py): the same answers, refusals included,
+    while every other request is still routed."""
+    routed: list[str] = []
+    handle = Route.handle
+
+    async def counted(self: Route, scope: Any, receive: Any, send: Any) -> None:
+        routed.append(f"{scope['method']} {scope['path']}")
+        await handle(self, scope, receive, send)
+
+    monkeypatch.setattr(Route, "handle", counted)
+    answered = post(shared_server, {"model": MODEL, "input": "Hi", "stream": True})
+    assert answered.status_code == 200 and answered.headers["x-request-id"].startswith("req_")
+    assert sse_events(answered.content)[-1]["type"] == "response.completed"
+    refused = post(shared_server, {"model": MODEL, "input": "Hi", "temperature": 9})
+    assert _error(refused, 400, "decimal_above_max_value")["param"] == "temperature"
+    assert refused.headers["x-request-id"].startswith("req_")
+    assert httpx.get(f"{shared_server.base_url}/models").status_code == 200
+    _error(httpx.get(f"{shared_server.base_url}/responses"), 405, None)
+    assert routed == ["GET /v1/models", "GET /v1/responses"]
 
 
 def test_unknown_route_and_wrong_method(shared_server: Live) -> None:

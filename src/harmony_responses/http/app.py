@@ -33,6 +33,7 @@ from ..metrics import exposition
 from ..quotas import Quotas
 from ..request import model_not_found
 from ..run import Server
+from . import hot_route
 from .auth import BearerAuth
 from .errors import exception_handlers, json_response
 from .files import DEFAULT_MAX_FILE_BYTES
@@ -85,12 +86,15 @@ async def metrics(request: Request) -> Response:
 
 
 class ObservedStarlette(Starlette):
-    """Starlette with ``Observe`` outside its error middleware (a bug's 500 gets a request id too), and
+    """Starlette with ``Observe`` outside its error middleware (a bug's 500 gets a request id too),
     ``POST /v1/responses`` counted as starting from its arrival, before the middleware and routing, until its
-    first delta is out (run/turns.py)."""
+    first delta is out (run/turns.py), and handed to its route past the router (hot_route.py)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        inner: ASGIApp = FirstTokensFirst(super().build_middleware_stack(), path="/v1/responses")
+        stack = super().build_middleware_stack()
+        # Past the router, straight to its route: the endpoint every burst is made of (hot_route.py).
+        hot_route.install(stack, self.router, "/v1/responses", "POST")
+        inner: ASGIApp = FirstTokensFirst(stack, path="/v1/responses")
         if self.state.quotas is not None:  # admitted before the start lane: the counters are a database's
             inner = QuotaLimits(inner, quotas=self.state.quotas)
         if tracing.enabled():  # --otel: each request's span (the OpenTelemetry API imported only then)
