@@ -25,6 +25,10 @@ machine's, the ratios the comparison. Each figure is over ``REPEATS`` bursts at 
 the readers taking turns burst by burst. A stream that got no text token at all is counted and shown
 (``no token``), not left out silently.
 
+At the end it prints issue 30's goal ratios for one process, and whether this run met them all: first-token
+p50 ≤ 1.10× and p99 ≤ 1.5× the proxy's in every cell without a prefill, and flat out at 64 streams CPU per token
+≤ 1.15× and tokens/s ≥ 0.95× its.
+
 ``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy), ``SCALE_STREAMS=64,256`` the
 burst sizes, ``SCALE_PACES=0,10,10+300`` the runs (ms per token, 0: flat out; ``+MS`` a prefill),
 ``SCALE_REPEATS`` and ``SCALE_FIRST_TOKENS`` the least bursts and first tokens per figure (5 and 960): for
@@ -49,9 +53,13 @@ REPEATS = int(os.environ.get("SCALE_REPEATS", "5"))
 FIRST_TOKENS = int(os.environ.get("SCALE_FIRST_TOKENS", "960"))
 # The runs: (name in SCALE_PACES, ms per token, text tokens per stream, prefill ms).
 RUNS = (("0", 0, 400, 0), ("10", 10, 100, 0), ("10+300", 10, 100, 300))
+# Issue 30's goals for one process against the bare proxy: first-token p50 and p99 in every cell of the runs
+# without a prefill; CPU per token and tokens/s flat out at 64 streams.
+ONE_PROCESS = "ours, 1 process"
+GOAL_P50, GOAL_P99, GOAL_CPU, GOAL_RATE = 1.10, 1.5, 1.15, 0.95
 # Our readers: their engine arguments, given the two fakes' specs.
 OURS = {
-    "ours, 1 process": lambda a, b: ["--engine", a],
+    ONE_PROCESS: lambda a, b: ["--engine", a],
     "ours, 2 workers": lambda a, b: ["--engine", a, "--workers", "2"],
     "ours, 2 replicas": lambda a, b: ["--engine", f"{MODEL}={a}", "--engine", f"{MODEL}={b}"],
 }
@@ -86,8 +94,33 @@ def burst(mode: str, url: str, streams: int, body: Path) -> tuple[list[float | N
     return out["starts"], out["arrivals"]
 
 
+def print_goals(cells: dict[tuple[str, int], dict[str, tuple[float, float, float, float]]]) -> None:
+    """Issue 30's goal ratios from ``cells`` ((run, streams) → reader → (p50, p99, CPU µs/token, tokens/s))."""
+    rows = []
+    for (run_name, streams), readers in cells.items():
+        ours, bare = readers.get(ONE_PROCESS), readers.get("bare proxy")
+        if ours is None or bare is None or "+" in run_name:
+            continue
+        rows.append((f"{streams} {'flat out' if run_name == '0' else run_name + ' ms/token'}", ours, bare))
+    if not rows:
+        return
+    print(f"\nissue 30's goals, one process ÷ the bare proxy (p50 ≤ {GOAL_P50}, p99 ≤ {GOAL_P99}):")
+    met = True
+    for label, ours, bare in rows:
+        p50, p99 = ours[0] / bare[0], ours[1] / bare[1]
+        met &= p50 <= GOAL_P50 and p99 <= GOAL_P99
+        print(f"  {label:<18} p50 {p50:.2f}  p99 {p99:.2f}")
+    flat = next(((ours, bare) for label, ours, bare in rows if label == "64 flat out"), None)
+    if flat is not None:
+        cpu, rate = flat[0][2] / flat[1][2], flat[0][3] / flat[1][3]
+        met &= cpu <= GOAL_CPU and rate >= GOAL_RATE
+        print(f"  64 flat out: CPU per token {cpu:.2f}× (≤ {GOAL_CPU}), tokens/s {rate:.2f}× (≥ {GOAL_RATE})")
+    print(f"  {'all met' if met else 'not all met'} in this run")
+
+
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    cells: dict[tuple[str, int], dict[str, tuple[float, float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "direct.json").write_text(json.dumps(direct_body()))
@@ -172,6 +205,12 @@ def main() -> None:
                         b50, b99 = (pct(began, 0.5), pct(began, 0.99)) if began else (math.nan, math.nan)
                         if name == "bare proxy":
                             floor, floor99, began_floor = p50, p99, b50
+                        cells.setdefault((run_name, streams), {})[name] = (
+                            p50,
+                            p99,
+                            used[name] / tokens * 1e6,
+                            tokens / wall,
+                        )
                         # n/a: the floor itself failed
                         ratio = f"{p50 / floor:.2f}" if floor else "n/a"
                         ratio99 = f"{p99 / floor99:.2f}" if floor99 else "n/a"
@@ -186,6 +225,7 @@ def main() -> None:
                     proc.terminate()
                 for proc in procs.values():
                     proc.wait(timeout=30)
+        print_goals(cells)
 
 
 if __name__ == "__main__":
