@@ -90,8 +90,6 @@ __all__ = [
     "tier_rank",
 ]
 
-# The held producers' waiters kept before the ones already woken are dropped (_Wakes).
-SWEEP_AT = 64
 # The longest a producer keeps the event loop to itself.
 YIELD_INTERVAL = 0.002
 # A gap between batches longer than this means the producer waited (back-to-back batches are µs apart).
@@ -172,20 +170,19 @@ class _Ranked:
 
 class _Wakes:
     """The held producers' wake-ups: all at once (``wake_all``: no request is starting any more), or each at
-    its deadline, rounded up to the millisecond so that the holds of a burst share their loop timers.
+    its deadline, rounded up to the millisecond so that the holds of a burst share their loop timers. A
+    deadline's waiters are kept until its timer fires, no longer: whatever is waiting is in ``_due``.
 
     Hand-written rather than ``asyncio.wait((shared_future,), timeout=...)``: that cost each hold a timer, a
     waiter future, a set and a callback added to and removed from the shared future, about 7 µs more than a
     bare future (a burst of 256 made five holds per request flat out, many more paced).
     """
 
-    __slots__ = ("_all", "_due", "_loop", "_sweep_at")
+    __slots__ = ("_due", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._all: list[asyncio.Future[None]] = []  # every waiter since the last wake_all
         self._due: dict[int, list[asyncio.Future[None]]] = {}  # by deadline, in loop milliseconds
-        self._sweep_at = SWEEP_AT
 
     def wait(self, timeout: float) -> asyncio.Future[None]:
         """A future done at ``wake_all`` or after ``timeout`` (at most a millisecond later), whichever first.
@@ -198,13 +195,6 @@ class _Wakes:
             due = self._due[tick] = []
             loop.call_at(tick / 1000, self._wake_due, tick)
         due.append(waiter)
-        waiters = self._all
-        waiters.append(waiter)
-        if len(waiters) >= self._sweep_at:
-            # Requests starting back to back for long (no wake_all): drop the waiters already woken, so that
-            # the list stays as long as the holds under way.
-            waiters[:] = [w for w in waiters if not w.done()]
-            self._sweep_at = max(SWEEP_AT, 2 * len(waiters))
         return waiter
 
     def _wake_due(self, tick: int) -> None:
@@ -213,11 +203,12 @@ class _Wakes:
                 waiter.set_result(None)
 
     def wake_all(self) -> None:
-        waiters, self._all = self._all, []
-        self._sweep_at = SWEEP_AT
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        # Each deadline's list is emptied, not dropped: its timer still comes, and finds nothing left to wake.
+        for due in self._due.values():
+            for waiter in due:
+                if not waiter.done():
+                    waiter.set_result(None)
+            due.clear()
 
 
 class Traffic:
