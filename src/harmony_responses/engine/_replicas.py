@@ -310,14 +310,17 @@ class ReplicaSet(Engine):
 
     async def generate(self, request: GenerateRequest) -> EngineStream:  # type: ignore[override]
         tried: set[_Replica] = set()
+        # One replica (the common setup) has no choice to make and nothing to remember for the next call.
+        alone = self.replicas[0] if len(self.replicas) == 1 else None
         while True:
-            replica = self._choose(request, tried)
+            replica = alone or self._choose(request, tried)
             assert replica is not None
             tried.add(replica)
             replica.in_flight += 1
-            replica.last_chosen = next(self._clock)
-            # At once, not at the first token: calls of a burst sharing a key follow the first one.
-            self._remember(request, replica)
+            if alone is None:
+                replica.last_chosen = next(self._clock)
+                # At once, not at the first token: calls of a burst sharing a key follow the first one.
+                self._remember(request, replica)
             if tracing.enabled():  # the engine call's span (run/loop.py) names the replica
                 tracing.annotate(tracing.current(), {"harmony.replica": replica.engine.describe()})
             stream = replica.engine.generate(request)
