@@ -1,6 +1,6 @@
 """Fixtures: live servers for the api tests (see helpers.py for what a ``Live`` server is).
 
-- ``serve(lines_or_engine, **config)`` starts a server and returns a ``Live`` (its ``base_url`` ends in
+- ``serve(lines_or_engine, http=…, **config)`` starts a server and returns a ``Live`` (its ``base_url`` ends in
   ``/v1``). ``lines`` are replay-script lines (dicts, or strings taken as ``{"harmony": s}``), written to
   ``tmp_path`` and served through the ``replay:PATH`` engine spec; an engine spec string is used as the
   config's engine; an ``Engine`` instance is used as is. Servers stop when the test ends; starting one
@@ -30,7 +30,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     started: list[Live] = []
     counter = iter(range(1000))
 
-    def _serve(source: list[dict[str, Any] | str] | Engine | str, **config: Any) -> Live:
+    def _serve(source: list[dict[str, Any] | str] | Engine | str, *, http: Any = "auto", **config: Any) -> Live:
         config.setdefault("models", (MODEL, "other-model"))
         config.setdefault("current_date", "2025-06-01")
         engine: Engine | None = None
@@ -40,7 +40,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
             config["engine"] = source
         else:
             config["engine"] = write_script(tmp_path / f"script-{next(counter)}.jsonl", source)
-        live = start_live(create_app(Config(**config), engine=engine))
+        live = start_live(create_app(Config(**config), engine=engine), http=http)
         started.append(live)
         return live
 

@@ -62,14 +62,15 @@ class Live:
         assert not self.thread.is_alive(), "uvicorn did not stop"
 
 
-def start_live(app: Starlette, asgi: ASGIApp | None = None) -> Live:
-    """Serve ``app`` (or ``asgi``, a wrapper around it) with uvicorn in a thread on a free port."""
+def start_live(app: Starlette, asgi: ASGIApp | None = None, *, http: Any = "auto") -> Live:
+    """Serve ``app`` (or ``asgi``, a wrapper around it) with uvicorn in a thread on a free port; ``http``: the
+    connection's protocol (uvicorn's own by default; the server's is ``api_http_protocol()``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(asgi or app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        uvicorn.Config(asgi or app, http=http, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -152,6 +152,35 @@ def test_a_cancelled_request_is_still_cancelled_after_its_run_is_closed() -> Non
     assert run.closing_done
 
 
+class FailingClose(FakeRun):
+    """A run whose close fails, at once or after waiting on the engine a few times."""
+
+    def __init__(self, waits: int) -> None:
+        super().__init__(1)
+        self.waits = waits
+        self.steps = 0
+
+    async def aclose(self) -> None:
+        for _ in range(self.waits):
+            await asyncio.sleep(0)
+            self.steps += 1
+        raise RuntimeError("the engine's abort failed")
+
+
+@pytest.mark.parametrize("waits", [0, 3], ids=["at once", "after waiting"])
+def test_a_close_runs_to_its_end_and_its_failure_reaches_the_request(waits: int) -> None:
+    """However the run's close goes (without waiting, or waiting on the engine), it runs to its end before the
+    response is over, and an error it raises is the request's (the server logs it), not lost in a task."""
+    run = FailingClose(waits)
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    with pytest.raises(RuntimeError, match="abort failed"):
+        anyio.run(RunResponse(run, stream=True), {"type": "http", "path": "/"}, _receive, send)
+    assert run.steps == waits
+
+
 COMPLETED = b'event: response.completed\ndata: {"type":"response.completed"}\n\n'
 
 
