@@ -24,6 +24,9 @@ from typing import Any
 
 from openai_harmony import Conversation, HarmonyEncoding, Message, RenderOptions, Role, TextContent
 
+from .. import text_tokens
+from ._errors import RenderError
+
 __all__ = ["MessageCache"]
 
 
@@ -58,7 +61,16 @@ class MessageCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return tokens.tolist()
-        rendered = encoding.render(message, RenderOptions(conversation_has_function_tools=function_tools))
+        options = RenderOptions(conversation_has_function_tools=function_tools)
+        try:
+            rendered = text_tokens.render(encoding, message, options)  # linear in a long run of one character
+        except text_tokens.LongRunError as exc:
+            raise RenderError(
+                f"The request has a run of {text_tokens.LONG_RUN} or more characters without a break where it "
+                f"cannot be tokenized in reasonable time ({exc}).",
+                param=None,
+                code="invalid_value",
+            ) from None
         with self._lock:
             self.misses += 1
             if key not in self._entries and len(rendered) <= self.max_tokens:

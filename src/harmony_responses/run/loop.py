@@ -65,7 +65,7 @@ from typing import Any
 import orjson
 from openai_harmony import Author, Message, Role
 
-from .. import tracing
+from .. import text_tokens, tracing
 from ..engine import Engine, EngineError, EngineStream, GenerateRequest, reading_here
 from ..errors import APIError
 from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, engine_label, failure_reason
@@ -593,7 +593,7 @@ class ResponseRun:
         if self._refused > MAX_REFUSED_CALLS:
             t.receive_end("stop")  # the model keeps calling past max_tool_calls: end here (module docstring)
             return None
-        fed_back = [*load_encoding().render(tool_result), _START, _ASSISTANT]
+        fed_back = [*text_tokens.render(load_encoding(), tool_result), _START, _ASSISTANT]
         t.count_tool_output(len(fed_back))
         prompt = [*self._request.prompt_ids, *splice, *fed_back]
         budget: list[int] = []

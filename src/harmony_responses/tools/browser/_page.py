@@ -23,7 +23,7 @@ import textwrap
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
-from ...vocab import load_encoding
+from ...text_tokens import encode_text
 
 __all__ = [
     "VIEW_TOKENS",
@@ -128,7 +128,7 @@ def wrap_lines(text: str, width: int = WRAP_WIDTH) -> list[str]:
 
 def _tokens(text: str) -> int:
     # Page text is data: a literal "<|end|>" in it is ordinary text, never the special token.
-    return len(load_encoding().encode(text, disallowed_special=()))
+    return len(encode_text(text))
 
 
 def _end_line(lines: list[str], loc: int, num_lines: int, view_tokens: int) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...vocab import load_encoding, load_vocabulary
+from ...text_tokens import encode_text
+from ...vocab import load_vocabulary
 from ._extract import Unsupported
 
 __all__ = ["AUTO_CHUNKING", "ChunkingError", "chunk_text", "parse_chunking"]
@@ -67,7 +68,7 @@ def chunk_text(text: str, strategy: dict[str, Any]) -> list[str]:
     size = strategy["static"]["max_chunk_size_tokens"]
     overlap = strategy["static"]["chunk_overlap_tokens"]
     # disallowed_special=(): a document containing '<|end|>' is text, not a special token.
-    ids = load_encoding().encode(text, disallowed_special=())
+    ids = encode_text(text)  # in linear time: a file may hold a long run of one character
     if len(ids) > MAX_FILE_TOKENS:
         raise Unsupported(f"The file's text has {len(ids)} tokens, more than {MAX_FILE_TOKENS}.", "invalid_file")
     table = load_vocabulary().token_bytes

@@ -1,0 +1,201 @@
+r"""Text → token ids as openai-harmony encodes it, in time linear in the text, and messages rendered so.
+
+harmony's BPE (tiktoken's, in Rust, holding the GIL) takes time in the square of each pre-token's length. Text
+splits into short pre-tokens (words, numbers, punctuation), but a run of one letter, space or punctuation
+character is one pre-token however long: 300 kB of ``a`` took 34 s to render, 60,000 ``é`` 3.9 s, and for all
+that time no other request of the process moved (``/health`` answered after 30 s). A request body may be 32 MB.
+
+Here a text with a run of ``LONG_RUN`` characters or more is cut into its pre-tokens (tiktoken's o200k
+pattern, with ``regex``): the short ones go to harmony as they are, joined, the long ones to bpe-openai's
+encoder, which is linear and gives the same tokens for a pre-token (the vocabulary's BPE; a test checks the
+two against harmony). Cutting between pre-tokens changes nothing (BPE never merges across them, and the pattern
+looks at no text before a match) as long as what is cut off does not end in whitespace (``\s+(?!\S)`` looks at
+the character after it): such whitespace is encoded a pre-token at a time. Texts without a long run, nearly
+all, go to harmony unchanged.
+
+A message is rendered the same way when one of its strings has a long run (``render``): each such string is
+replaced by a marker, harmony renders that, the body's text is decoded, the markers put back, and the body
+encoded here. That holds exactly when harmony inserts each string verbatim and encodes the body in one piece,
+which is checked on the marked render each time (its body must encode back to itself); a message for which it
+does not hold is refused (``LongRunError``) rather than rendered in quadratic time.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from openai_harmony import HarmonyEncoding, Message, RenderOptions, TextContent
+
+from .vocab import FIRST_SPECIAL, load_encoding
+
+__all__ = ["LONG_RUN", "LongRunError", "encode_text", "has_long_run", "render"]
+
+# A run this long costs harmony about as much per character as ordinary text (~0.3 µs); a longer one, more
+# in proportion to its length.
+LONG_RUN = 256
+_SUSPECT = re.compile(rf"\S{{{LONG_RUN},}}|\s{{{LONG_RUN},}}")
+
+# tiktoken's o200k_base pre-tokenizer (openai_public.py), which o200k_harmony uses.
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+
+# What a long pre-token keeps at each end in the message harmony renders for its header and its body's shape.
+_KEPT = 4
+_MESSAGE = 200008  # <|message|>
+
+
+class LongRunError(ValueError):
+    """A message with a long run of one character that cannot be rendered here in linear time."""
+
+
+def has_long_run(text: str) -> bool:
+    """Whether ``text`` has a run of ``LONG_RUN`` characters that may be one pre-token."""
+    return _SUSPECT.search(text) is not None
+
+
+@functools.cache
+def _pre_tokens() -> Any:
+    import regex  # only for texts with a long run
+
+    return regex.compile(O200K_PATTERN)
+
+
+@functools.cache
+def _linear_encoder() -> Any:
+    # bpe-openai's Rust tokenizer, loaded from its extension module directly (typed in its _bindings.pyi):
+    # importing the package runs its tiktoken-style wrapper's set-up, which reads every shipped vocabulary into
+    # Python (a second or more, through a deprecated importlib.resources call) for nothing used here.
+    import importlib.machinery
+    import importlib.util
+
+    package = importlib.util.find_spec("bpe_openai")
+    assert package is not None and package.submodule_search_locations, "bpe-openai is a dependency"
+    folder = next(iter(package.submodule_search_locations))
+    finder = importlib.machinery.FileFinder(
+        folder, (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES)
+    )
+    spec = finder.find_spec("bpe_openai._bindings")
+    assert spec is not None and spec.loader is not None, "bpe-openai ships its Rust tokenizer"
+    bindings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bindings)
+    return bindings.tokenizer_for_encoding("o200k_base")  # ~0.8 s, once: at the first long run
+
+
+def encode_text(text: str, encoding: HarmonyEncoding | None = None) -> list[int]:
+    """``encoding.encode(text, disallowed_special=())`` (special tokens' text as ordinary text, as harmony
+    renders a message's text), in time linear in ``text``."""
+    encoding = encoding or load_encoding()
+    if not has_long_run(text):
+        return encoding.encode(text, disallowed_special=())
+    tokens: list[int] = []
+    linear = _linear_encoder()
+    start = 0  # of the short pre-tokens not encoded yet
+    spaces: list[tuple[int, int]] = []  # the whitespace pre-tokens they end with
+    for match in _pre_tokens().finditer(text):
+        begin, end = match.span()
+        if end - begin < LONG_RUN:
+            if text[begin:end].isspace():
+                spaces.append((begin, end))
+            else:
+                spaces.clear()
+            continue
+        # The short ones before, in one call, except the whitespace they end with: at the end of a text,
+        # "\s+(?!\S)" takes all of it, where before a long pre-token it leaves the last character to the
+        # next one. Each of those pre-tokens is encoded on its own, which is what it is in the text.
+        cut = spaces[0][0] if spaces else begin
+        if cut > start:
+            tokens += encoding.encode(text[start:cut], disallowed_special=())
+        for space_begin, space_end in spaces:
+            tokens += encoding.encode(text[space_begin:space_end], disallowed_special=())
+        spaces.clear()
+        tokens += linear.encode(text[begin:end])
+        start = end
+    if start < len(text):
+        tokens += encoding.encode(text[start:], disallowed_special=())
+    return tokens
+
+
+def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions | None = None) -> list[int]:
+    """``encoding.render(message, options)``, in time linear in the message's strings.
+
+    Raises:
+        LongRunError: the message cannot be rendered so (a long run in its header, say).
+    """
+    author = message.author
+    if has_long_run(author.name or "") or has_long_run(message.recipient or "") or has_long_run(message.channel or ""):
+        raise LongRunError("it is in the message's header")
+    if all(type(content) is TextContent and not has_long_run(content.text) for content in message.content):  # type: ignore[attr-defined]
+        return encoding.render(message, options)  # every turn of a conversation, nearly: no walk through fields
+    originals: dict[str, str] = {}  # shortened → original
+
+    def shorten(value: Any) -> Any:
+        if isinstance(value, str):
+            if not has_long_run(value):
+                return value
+            short = _shortened(value)
+            if originals.setdefault(short, value) != value:
+                raise LongRunError("two of its strings shorten alike")
+            return short
+        if isinstance(value, dict):
+            return {key: shorten(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [shorten(item) for item in value]
+        return value
+
+    short_message = Message.from_dict(shorten(message.to_dict()))
+    if not originals:
+        return encoding.render(message, options)
+    tokens = encoding.render(short_message, options)
+    try:
+        begin = tokens.index(_MESSAGE) + 1
+    except ValueError:
+        raise LongRunError("its render has no message body") from None
+    body = tokens[begin:-1]
+    if any(token >= FIRST_SPECIAL for token in body):
+        raise LongRunError("its body is not all text")
+    text = encoding.decode_utf8(body)
+    # Harmony encodes a message's contents one by one: joined, a pre-token may span two. The shortened runs
+    # keep their ends and their kind, so such a pre-token would span them here too, and show.
+    if encode_text(text, encoding) != body:
+        raise LongRunError("harmony encodes its body in parts")
+    places: list[tuple[int, str, str]] = []
+    for short, original in originals.items():
+        at = text.find(short)
+        if at < 0 or text.find(short, at + 1) >= 0:
+            raise LongRunError("a string of it is not in its body once, as it is")
+        places.append((at, short, original))
+    places.sort()
+    parts: list[str] = []
+    done = 0
+    for at, short, original in places:
+        if at < done:
+            raise LongRunError("two of its strings overlap in its body")
+        parts += [text[done:at], original]
+        done = at + len(short)
+    parts.append(text[done:])
+    return [*tokens[:begin], *encode_text("".join(parts), encoding), tokens[-1]]
+
+
+def _shortened(text: str) -> str:
+    """``text`` with each long pre-token cut to its first and last few characters: still one pre-token of its
+    kind, with the same neighbours."""
+    parts: list[str] = []
+    done = 0
+    for match in _pre_tokens().finditer(text):
+        begin, end = match.span()
+        if end - begin >= LONG_RUN:
+            parts += [text[done:begin], text[begin : begin + _KEPT], text[end - _KEPT : end]]
+            done = end
+    parts.append(text[done:])
+    return "".join(parts)
