@@ -5,19 +5,22 @@ splits into short pre-tokens (words, numbers, punctuation), but a run of one let
 character is one pre-token however long: 300 kB of ``a`` took 34 s to render, 60,000 ``é`` 3.9 s, and for all
 that time no other request of the process moved (``/health`` answered after 30 s). A request body may be 32 MB.
 
-Here a text with a run of ``LONG_RUN`` characters or more is cut into its pre-tokens (tiktoken's o200k
-pattern, with ``regex``): the short ones go to harmony as they are, joined, the long ones to bpe-openai's
-encoder, which is linear and gives the same tokens for a pre-token (the vocabulary's BPE; a test checks the
-two against harmony). Cutting between pre-tokens changes nothing (BPE never merges across them, and the pattern
-looks at no text before a match) as long as what is cut off does not end in whitespace (``\s+(?!\S)`` looks at
-the character after it): such whitespace is encoded a pre-token at a time. Texts without a long run, nearly
-all, go to harmony unchanged.
+Here a text with a run of ``LONG_RUN`` characters (``has_long_run``) is cut into its pre-tokens (tiktoken's
+o200k pattern, with ``regex``): the short ones go to harmony as they are, joined, the long ones to bpe-openai's
+Rust encoder, which is linear and gives the same tokens for a pre-token (the vocabulary's BPE; tests check the
+result against harmony's). Cutting between pre-tokens changes nothing (BPE never merges across them, and the
+pattern looks at no text before a match) as long as what is cut off does not end in whitespace (``\s+(?!\S)``
+looks at the character after it): such whitespace is encoded a pre-token at a time. Texts without a long run,
+nearly all, go to harmony unchanged.
 
-A message is rendered the same way when one of its strings has a long run (``render``): each such string is
-replaced by a marker, harmony renders that, the body's text is decoded, the markers put back, and the body
-encoded here. That holds exactly when harmony inserts each string verbatim and encodes the body in one piece,
-which is checked on the marked render each time (its body must encode back to itself); a message for which it
-does not hold is refused (``LongRunError``) rather than rendered in quadratic time.
+A message is rendered the same way when one of its strings has a long run (``render``): harmony renders it with
+each long pre-token cut to its first and last few characters (still one pre-token of its kind, with the same
+neighbours), the body's text is decoded, the strings put back, and the body encoded here. That is harmony's
+render when harmony puts each string in the body as it is and encodes the body as one text, which is checked on
+the shortened render each time: each shortened string is in the body once, and the body encodes back to
+itself (harmony encodes a message's contents one by one; a pre-token spanning two would show there). A
+message that fails either is refused (``LongRunError``, a 400) rather than rendered in quadratic time; so is one
+with a long run in its header (a recipient).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ __all__ = ["LONG_RUN", "LongRunError", "encode_text", "has_long_run", "render"]
 # A run this long costs harmony about as much per character as ordinary text (~0.3 µs); a longer one, more
 # in proportion to its length.
 LONG_RUN = 256
-_SUSPECT = re.compile(rf"\S{{{LONG_RUN},}}|\s{{{LONG_RUN},}}")
+_LONG_SPACE = re.compile(rf"\s{{{LONG_RUN}}}")
 
 # tiktoken's o200k_base pre-tokenizer (openai_public.py), which o200k_harmony uses.
 O200K_PATTERN = "|".join(
@@ -60,8 +63,12 @@ class LongRunError(ValueError):
 
 
 def has_long_run(text: str) -> bool:
-    """Whether ``text`` has a run of ``LONG_RUN`` characters that may be one pre-token."""
-    return _SUSPECT.search(text) is not None
+    """Whether ``text`` has a run of ``LONG_RUN`` whitespace or ``LONG_RUN`` other characters: a pre-token
+    longer than twice that has one (only punctuation followed by line ends mixes the two), and a shorter one
+    costs harmony at most a few times what ordinary text does per character."""
+    # The longest of what str.split() leaves, in C: half what a regular expression for such a run costs (a
+    # tenth of harmony's encoding of ordinary text, both together).
+    return _LONG_SPACE.search(text) is not None or max(map(len, text.split()), default=0) >= LONG_RUN
 
 
 @functools.cache
@@ -134,7 +141,7 @@ def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions |
     """
     author = message.author
     if has_long_run(author.name or "") or has_long_run(message.recipient or "") or has_long_run(message.channel or ""):
-        raise LongRunError("it is in the message's header")
+        raise LongRunError("in the message's header (a recipient, a name)")
     if all(type(content) is TextContent and not has_long_run(content.text) for content in message.content):  # type: ignore[attr-defined]
         return encoding.render(message, options)  # every turn of a conversation, nearly: no walk through fields
     originals: dict[str, str] = {}  # shortened → original
@@ -145,7 +152,7 @@ def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions |
                 return value
             short = _shortened(value)
             if originals.setdefault(short, value) != value:
-                raise LongRunError("two of its strings shorten alike")
+                raise LongRunError("in two of the message's strings that shorten alike")
             return short
         if isinstance(value, dict):
             return {key: shorten(item) for key, item in value.items()}
@@ -160,27 +167,27 @@ def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions |
     try:
         begin = tokens.index(_MESSAGE) + 1
     except ValueError:
-        raise LongRunError("its render has no message body") from None
+        raise LongRunError("in a message rendered without a body") from None
     body = tokens[begin:-1]
     if any(token >= FIRST_SPECIAL for token in body):
-        raise LongRunError("its body is not all text")
+        raise LongRunError("in a message whose body is not all text")
     text = encoding.decode_utf8(body)
     # Harmony encodes a message's contents one by one: joined, a pre-token may span two. The shortened runs
     # keep their ends and their kind, so such a pre-token would span them here too, and show.
     if encode_text(text, encoding) != body:
-        raise LongRunError("harmony encodes its body in parts")
+        raise LongRunError("in a message whose parts are tokenized apart")
     places: list[tuple[int, str, str]] = []
     for short, original in originals.items():
         at = text.find(short)
         if at < 0 or text.find(short, at + 1) >= 0:
-            raise LongRunError("a string of it is not in its body once, as it is")
+            raise LongRunError("in a string that is not in the message once, as it is")
         places.append((at, short, original))
     places.sort()
     parts: list[str] = []
     done = 0
     for at, short, original in places:
         if at < done:
-            raise LongRunError("two of its strings overlap in its body")
+            raise LongRunError("in two strings that overlap in the message")
         parts += [text[done:at], original]
         done = at + len(short)
     parts.append(text[done:])

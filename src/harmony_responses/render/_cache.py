@@ -66,8 +66,8 @@ class MessageCache:
             rendered = text_tokens.render(encoding, message, options)  # linear in a long run of one character
         except text_tokens.LongRunError as exc:
             raise RenderError(
-                f"The request has a run of {text_tokens.LONG_RUN} or more characters without a break where it "
-                f"cannot be tokenized in reasonable time ({exc}).",
+                f"A message of this request has a run of {text_tokens.LONG_RUN} or more characters without a break "
+                f"that cannot be tokenized in reasonable time where it is: {exc}.",
                 param=None,
                 code="invalid_value",
             ) from None

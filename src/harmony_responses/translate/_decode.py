@@ -14,6 +14,10 @@ from ..vocab import Vocabulary
 
 __all__ = ["TokenDecoder"]
 
+# Looked up once, not per translator: codecs.getincrementaldecoder goes through the codec registry each
+# call.
+_UTF8_DECODER = codecs.getincrementaldecoder("utf-8")
+
 
 class TokenDecoder:
     __slots__ = ("_bytes", "_decoder", "_text", "held")
@@ -21,7 +25,7 @@ class TokenDecoder:
     def __init__(self, vocab: Vocabulary) -> None:
         self._text = vocab.token_text
         self._bytes = vocab.token_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._decoder = _UTF8_DECODER(errors="replace")
         # True while a character's first bytes wait for the rest; read by the translator's inline path, which
         # takes a whole-character token's text straight from the table when nothing is held.
         self.held = False
