@@ -27,10 +27,12 @@ ENCODING = load_encoding()
 # (quadratic) encoding to compare against. The characters are the classes the pre-tokenizer tells apart.
 RUNS = st.builds(
     lambda char, length: char * length,
-    st.sampled_from(["a", "é", "Z", "的", " ", "\t", "\n", "\r\n", "=", "/", "'s", " a", "😀", "\u0301", "Ab"]),
+    st.sampled_from(
+        ["a", "é", "Z", "的", " ", "\t", "\n", "\r\n", "=", "/", "'s", " a", "😀", "\u0301", "Ab", "\x1c-"]
+    ),
     st.integers(LONG_RUN // 2, 3 * LONG_RUN),
 )
-BITS = st.text(alphabet=st.sampled_from(list("abXY09 \t\n\r.,'!?-_/éÉ的😀\u0301<|>")), max_size=40)
+BITS = st.text(alphabet=st.sampled_from(list("abXY09 \t\n\r.,'!?-_/éÉ的😀\u0301<|>\x1c\x85\u3000")), max_size=40)
 TEXTS = st.lists(st.one_of(RUNS, BITS), min_size=1, max_size=6).map("".join)
 
 
@@ -42,6 +44,16 @@ def _harmony(text: str) -> list[int]:
 @given(TEXTS)
 def test_text_with_long_runs_gets_harmonys_tokens(text: str) -> None:
     assert encode_text(text) == _harmony(text)
+
+
+@pytest.mark.parametrize("unit", ["a", " ", "\n", "=", "\x1c----", "\x1f=", "é\u0301", "Ab", "的"])
+def test_every_long_pre_token_is_found(unit: str) -> None:
+    """Whatever a long pre-token is made of, it is found (the separators \x1c-\x1f are whitespace to Python
+    and punctuation to the pre-tokenizer), and the text gets harmony's tokens."""
+    text = "Look: " + unit * (3 * LONG_RUN // len(unit)) + " done"
+    assert has_long_run(text)
+    assert encode_text(text) == _harmony(text)
+    assert not has_long_run("Look: " + unit * (LONG_RUN // 4 // len(unit)) + " done")
 
 
 def test_special_tokens_text_is_ordinary_text() -> None:

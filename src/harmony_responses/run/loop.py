@@ -593,7 +593,11 @@ class ResponseRun:
         if self._refused > MAX_REFUSED_CALLS:
             t.receive_end("stop")  # the model keeps calling past max_tool_calls: end here (module docstring)
             return None
-        fed_back = [*text_tokens.render(load_encoding(), tool_result), _START, _ASSISTANT]
+        try:
+            rendered = text_tokens.render(load_encoding(), tool_result)  # linear in a long run in the output
+        except text_tokens.LongRunError:  # one in the tool's name, which its declaration rendered already
+            rendered = load_encoding().render(tool_result)
+        fed_back = [*rendered, _START, _ASSISTANT]
         t.count_tool_output(len(fed_back))
         prompt = [*self._request.prompt_ids, *splice, *fed_back]
         budget: list[int] = []
