@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, wait_healthy
+from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, report_stderr, spawn, wait_healthy
 from scale_bench import MODEL, burst, tree_cpu
 
 ROOT = HERE.parent
@@ -43,7 +43,7 @@ def server(port: int, fake: int, src: Path) -> subprocess.Popen[bytes]:
     argv = [str(BIN / "harmony-responses"), "serve", "--port", str(port), "--model", MODEL, "--log-level", "warning"]
     argv += ["--current-date", "2025-06-01", "--engine", f"vllm:http://127.0.0.1:{fake}"]
     env = {**os.environ, "PYTHONPATH": str(src)}
-    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return spawn(argv, env=env, stdout=subprocess.DEVNULL)
 
 
 def build_extensions(tree: Path) -> str:
@@ -74,7 +74,7 @@ def main() -> None:
             (work / "tokens.json").write_text(json.dumps(completion(TOKENS)))
             fake = free_port()
             fake_argv = [sys.executable, str(HERE / "_vllm_fake.py"), str(fake), str(work / "tokens.json"), PACE]
-            procs["fake"] = subprocess.Popen(fake_argv, stderr=subprocess.DEVNULL)
+            procs["fake"] = spawn(fake_argv)
             names = ("bare proxy", f"{label.stdout.strip()} ({rev})", "working tree")
             ports = {name: free_port() for name in names}
             proxy_argv = [
@@ -83,7 +83,7 @@ def main() -> None:
                 str(ports[names[0]]),
                 f"http://127.0.0.1:{fake}",
             ]
-            procs[names[0]] = subprocess.Popen(proxy_argv, stderr=subprocess.DEVNULL)
+            procs[names[0]] = spawn(proxy_argv)
             procs[names[1]] = server(ports[names[1]], fake, tree / "src")
             procs[names[2]] = server(ports[names[2]], fake, ROOT / "src")
             wait_healthy(f"http://127.0.0.1:{fake}", procs["fake"])
@@ -139,6 +139,7 @@ def main() -> None:
                 proc.terminate()
             for proc in procs.values():
                 proc.wait(timeout=30)
+            report_stderr(procs)
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
 

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -73,11 +74,38 @@ def direct_body() -> dict[str, object]:
     }
 
 
+def spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv)`` with its stderr in a temporary file (``stderr_of``): a pipe nobody reads
+    during a run fills at 64 KiB of log lines and then stops the process at its next one (the bare proxy did,
+    logging errors under a burst of 256, and its readers waited for ever)."""
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stderr=log, **kwargs)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def stderr_of(proc: subprocess.Popen[bytes]) -> str:
+    """What a process started by ``spawn`` has written to stderr so far (its last 2,000 characters)."""
+    log = getattr(proc, "log", None)
+    if log is None:
+        return proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr and proc.poll() is not None else ""
+    log.seek(0)
+    return log.read().decode(errors="replace")[-2000:]
+
+
+def report_stderr(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Say which of ``procs`` wrote to stderr during the run (an error there may explain its figures)."""
+    for name, proc in procs.items():
+        lines = stderr_of(proc).strip().splitlines()
+        if lines:
+            print(f"  {name} wrote to stderr, ending with: {lines[-1][:300]}")
+
+
 def wait_healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+            raise RuntimeError(f"server exited with {proc.returncode}: {stderr_of(proc)}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return
@@ -132,7 +160,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def serve(argv: list[str], port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    return spawn(
         [
             str(BIN / "harmony-responses"),
             "serve",
@@ -145,7 +173,6 @@ def serve(argv: list[str], port: int) -> subprocess.Popen[bytes]:
         ]
         + argv,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
     )
 
 
@@ -161,13 +188,11 @@ def main() -> None:
             (work / "tokens.json").write_text(json.dumps(tokens))
             (work / "replay.jsonl").write_text(json.dumps({"tokens": tokens, "delay_ms": pace_ms}) + "\n")
             fake_port, vllm_port, replay_port, proxy_port = free_port(), free_port(), free_port(), free_port()
-            fake = subprocess.Popen(
-                [sys.executable, str(HERE / "_vllm_fake.py"), str(fake_port), str(work / "tokens.json"), str(pace_ms)],
-                stderr=subprocess.PIPE,
+            fake = spawn(
+                [sys.executable, str(HERE / "_vllm_fake.py"), str(fake_port), str(work / "tokens.json"), str(pace_ms)]
             )
-            proxy = subprocess.Popen(
-                [sys.executable, str(HERE / "_bare_proxy.py"), str(proxy_port), f"http://127.0.0.1:{fake_port}"],
-                stderr=subprocess.PIPE,
+            proxy = spawn(
+                [sys.executable, str(HERE / "_bare_proxy.py"), str(proxy_port), f"http://127.0.0.1:{fake_port}"]
             )
             procs = [
                 fake,

@@ -45,7 +45,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, wait_healthy
+from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, report_stderr, spawn, wait_healthy
 
 MODEL = "gpt-oss-20b"
 STREAMS = tuple(int(s) for s in os.environ.get("SCALE_STREAMS", "64,256").split(","))
@@ -109,13 +109,13 @@ def print_goals(cells: dict[tuple[str, int], dict[str, tuple[float, float, float
     for label, ours, bare in rows:
         p50, p99 = ours[0] / bare[0], ours[1] / bare[1]
         met &= p50 <= GOAL_P50 and p99 <= GOAL_P99
-        print(f"  {label:<18} p50 {p50:.2f}  p99 {p99:.2f}")
+        print(f"  {label:<18} p50 {p50:.3f}  p99 {p99:.3f}")  # three places: 1.10 may be just over
     flat = cells.get(("0", 64), {})
     if ONE_PROCESS in flat and "bare proxy" in flat:
         (_, _, ours_cpu, ours_rate), (_, _, bare_cpu, bare_rate) = flat[ONE_PROCESS], flat["bare proxy"]
         cpu, rate = ours_cpu / bare_cpu, ours_rate / bare_rate
         met &= cpu <= GOAL_CPU and rate >= GOAL_RATE
-        print(f"  64 flat out: CPU per token {cpu:.2f}× (≤ {GOAL_CPU}), tokens/s {rate:.2f}× (≥ {GOAL_RATE})")
+        print(f"  64 flat out: CPU per token {cpu:.3f}× (≤ {GOAL_CPU}), tokens/s {rate:.3f}× (≥ {GOAL_RATE})")
     print(f"  {'all met' if met else 'not all met'} in this run")
 
 
@@ -133,12 +133,11 @@ def main() -> None:
             fake_a, fake_b = free_port(), free_port()
             procs: dict[str, subprocess.Popen[bytes]] = {}
             for name, port in (("fake a", fake_a), ("fake b", fake_b)):
-                procs[name] = subprocess.Popen(
+                procs[name] = spawn(
                     [
                         *(sys.executable, str(HERE / "_vllm_fake.py"), str(port), str(work / "tokens.json")),
                         *(str(pace_ms), str(prefill_ms)),
-                    ],
-                    stderr=subprocess.DEVNULL,
+                    ]
                 )
             engine_a, engine_b = f"vllm:http://127.0.0.1:{fake_a}", f"vllm:http://127.0.0.1:{fake_b}"
             ports = {name: free_port() for name in ("bare proxy", *OURS)}
@@ -156,7 +155,7 @@ def main() -> None:
                 },
             }
             for name, (_, _, cmd) in readers.items():
-                procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                procs[name] = spawn(cmd, stdout=subprocess.DEVNULL)
             try:
                 for name, proc in procs.items():
                     port = {"fake a": fake_a, "fake b": fake_b}.get(name) or ports[name]
@@ -226,6 +225,7 @@ def main() -> None:
                     proc.terminate()
                 for proc in procs.values():
                     proc.wait(timeout=30)
+                report_stderr(procs)
         print_goals(cells)
 
 
