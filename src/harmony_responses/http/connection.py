@@ -260,7 +260,8 @@ def when_gone(receive: Any, callback: Callable[[], None]) -> Callable[[], None] 
     ``ApiHttpProtocol``'s requests: the caller watches ``receive()`` for ``http.disconnect`` itself.
 
     The ASGI way is a task waiting on ``receive()`` for the whole response, cancelled at its end: a task, a
-    future and a cancellation's exception per request, about a fortieth of a one-token stream's CPU.
+    future and a cancellation's exception per request (with the close's task, ``streaming._shielded``, 4 % of a
+    one-token stream's CPU in an A/B run).
     """
     cycle = getattr(receive, "__self__", None)
     if not hasattr(cycle, _GONE):

@@ -4,8 +4,9 @@ Pure ASGI, like Starlette's ``StreamingResponse``, with three differences that t
 
 - the engine's first item is awaited *before* ``http.response.start``, so that an engine refusing the
   request is still an HTTP error (``errors.to_api_error``), never a half-started stream;
-- ``http.disconnect`` is watched in a sibling task for the whole run, streamed or not, and cancels the
-  generation: the engine stream is closed at once (pitfalls.md #49);
+- the client going away, for the whole run, streamed or not, cancels the generation: the engine stream is
+  closed at once (pitfalls.md #49). Our connections say so themselves (``connection.when_gone``); under another
+  server ``http.disconnect`` is watched in a sibling task;
 - the body ends right after the terminal event (Codex acts on completion only when the stream ends),
   in the same write as it (a socket write is most of what a short stream costs), and each write holds
   whole events only (a chunk's events share one write);
@@ -150,8 +151,9 @@ async def _shielded(close: Coroutine[Any, Any, None]) -> None:
     """Run ``close`` to its end even if this task is cancelled meanwhile (then still cancelled after).
 
     It runs here first: a cancellation reaches a task only where it waits, and most closes never wait (the
-    engine stream has ended, no tool session is open), so they need no task of their own and no shield, which
-    were about a twentieth of a one-token stream's CPU. A close that waits goes on in a task from there.
+    engine stream has ended, no tool session is open), so they need no task of their own and no shield (with the
+    disconnect watcher's task, ``connection.when_gone``, 4 % of a one-token stream's CPU in an A/B run). A close
+    that waits goes on in a task from there.
     """
     try:
         awaited = close.send(None)
