@@ -97,3 +97,24 @@ def test_deep_values_are_refused_not_crashed_on() -> None:
     for _ in range(2000):
         value = [value]
     assert "nested more than" in (instance_problem(value, {"type": "array"}) or "")
+
+
+@pytest.mark.parametrize("pattern", [r"^(a|aa)+$", r"^(a|a)*$"])
+def test_a_pattern_that_backtracks_for_ever_is_given_up_on_not_waited_for(pattern: str) -> None:
+    """With ``re`` (jsonschema's own matcher) 40 characters that nearly match took hours, holding every other
+    request: an engine that does not constrain a strict function's arguments (trtllm, transformers) has them
+    checked after generation. The check gives up once, at ``PATTERN_TIMEOUT``, and says so; matching and
+    plainly failing strings are answered as before."""
+    string = {"type": "string", "pattern": pattern}
+    schema = {"type": "object", "properties": {"q": {"type": "array", "items": string}}, "required": ["q"]}
+    problem = instance_problem({"q": ["a" * 40 + "!"] * 50}, schema)
+    assert problem is not None and "could not be checked against" in problem
+    assert instance_problem({"q": ["aaa"]}, schema) is None
+    assert "does not match" in (instance_problem({"q": ["b"]}, schema) or "")
+
+
+def test_pattern_properties_are_matched_in_bounded_time_too() -> None:
+    schema = {"type": "object", "patternProperties": {r"^(a|aa)+$": {"type": "integer"}}}
+    assert "could not be checked against" in (instance_problem({"a" * 40 + "!": 1}, schema) or "")
+    assert instance_problem({"aaa": 1, "b": "x"}, schema) is None
+    assert "is not of type 'integer'" in (instance_problem({"aaa": "x"}, schema) or "")

@@ -119,16 +119,66 @@ def instance_problem(instance: Any, schema: dict[str, Any]) -> SchemaProblem | N
     if _depth(instance) > MAX_SCHEMA_DEPTH:
         return f"the answer is nested more than {MAX_SCHEMA_DEPTH} levels deep."
     if jsonschema is not None:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls = _bounded(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
         try:
             error = jsonschema.exceptions.best_match(cls(schema).iter_errors(instance))
         except RecursionError:  # a self-referencing $ref that never bottoms out
             return "the schema's references recurse too deeply to check the answer."
+        except _TooSlow as exc:
+            return str(exc)
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
         return error.message + (f" (at '/{where}')" if where else "")
     return _fallback_problem(instance, schema, schema, "")
+
+
+# ---------------------------------------------------------------------------------------- patterns
+
+# Seconds a schema's pattern may take on one string. jsonschema matches ``pattern`` with ``re``, whose
+# backtracking is exponential on patterns like ``^(a|aa)+$`` (many e-mail patterns are such): the model's
+# arguments for a strict function on an engine that does not constrain them (trtllm, transformers) are checked
+# after generation, and 40 characters that nearly match would hold the GIL, and every other request, for hours.
+# ``regex`` (the same syntax) gives up at a timeout, and gets through most such patterns quickly anyway.
+PATTERN_TIMEOUT = 0.05
+
+
+def _search(pattern: str, text: str) -> bool:
+    import regex
+
+    return regex.search(pattern, text, timeout=PATTERN_TIMEOUT) is not None
+
+
+class _TooSlow(Exception):
+    """A pattern took longer than ``PATTERN_TIMEOUT``: the check stops there (one timeout per answer at most)."""
+
+
+def _matches(pattern: str, text: str) -> bool:
+    try:
+        return _search(pattern, text)
+    except TimeoutError:
+        shown = text if len(text) <= 100 else text[:100] + "…"
+        raise _TooSlow(f"{shown!r} could not be checked against {pattern!r} within {PATTERN_TIMEOUT:g} s.") from None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Any:
+    if validator.is_type(instance, "string") and not _matches(pattern, instance):
+        yield jsonschema.exceptions.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: dict[str, Any]) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _matches(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+@functools.cache
+def _bounded(cls: Any) -> Any:
+    """``cls`` with ``pattern`` and ``patternProperties`` matched in bounded time."""
+    return jsonschema.validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties})
 
 
 # ---------------------------------------------------------------------------------------- fallback
