@@ -140,7 +140,7 @@ def instance_problem(instance: Any, schema: dict[str, Any]) -> SchemaProblem | N
 # arguments for a strict function on an engine that does not constrain them (trtllm, transformers) are checked
 # after generation, and 40 characters that nearly match would hold the GIL, and every other request, for hours.
 # ``regex`` (the same syntax) gives up at a timeout, and gets through most such patterns quickly anyway.
-PATTERN_TIMEOUT = 0.05
+PATTERN_TIMEOUT = 0.2  # far above any sane pattern on any sane string, even on a busy machine
 
 
 def _search(pattern: str, text: str) -> bool:
