@@ -99,6 +99,7 @@ def test_deep_values_are_refused_not_crashed_on() -> None:
     assert "nested more than" in (instance_problem(value, {"type": "array"}) or "")
 
 
+@pytest.mark.usefixtures("no_re_in_jsonschema")
 @pytest.mark.parametrize("pattern", [r"^(a|aa)+$", r"^(a|a)*$"])
 def test_a_pattern_that_backtracks_for_ever_is_given_up_on_not_waited_for(pattern: str) -> None:
     """With ``re`` (jsonschema's own matcher) 40 characters that nearly match took hours, holding every other
@@ -113,8 +114,32 @@ def test_a_pattern_that_backtracks_for_ever_is_given_up_on_not_waited_for(patter
     assert "does not match" in (instance_problem({"q": ["b"]}, schema) or "")
 
 
-def test_pattern_properties_are_matched_in_bounded_time_too() -> None:
-    schema = {"type": "object", "patternProperties": {r"^(a|aa)+$": {"type": "integer"}}}
+class _NoBacktrackingRe:
+    """Stands in for ``re`` in jsonschema's modules: a client's pattern must never reach it."""
+
+    def search(self, pattern: str, string: str) -> None:
+        raise AssertionError(f"jsonschema matched {pattern!r} with re")
+
+
+@pytest.fixture
+def no_re_in_jsonschema(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jsonschema._keywords
+    import jsonschema._utils
+
+    for module in (jsonschema._keywords, jsonschema._utils):
+        monkeypatch.setattr(module, "re", _NoBacktrackingRe())
+
+
+@pytest.mark.usefixtures("no_re_in_jsonschema")
+@pytest.mark.parametrize("additional", [None, False, {"type": "string"}])
+def test_pattern_properties_are_matched_in_bounded_time_too(additional: Any) -> None:
+    schema: dict[str, Any] = {"type": "object"}
+    if additional is not None:
+        # First, so that it is checked first: which keys are additional is told by the patterns too.
+        schema["additionalProperties"] = additional
+    schema["patternProperties"] = {r"^(a|aa)+$": {"type": "integer"}}
     assert "could not be checked against" in (instance_problem({"a" * 40 + "!": 1}, schema) or "")
-    assert instance_problem({"aaa": 1, "b": "x"}, schema) is None
+    assert instance_problem({"aaa": 1}, schema) is None
     assert "is not of type 'integer'" in (instance_problem({"aaa": "x"}, schema) or "")
+    others = instance_problem({"aaa": 1, "b": 2}, schema)
+    assert others is None if additional is None else others is not None

@@ -175,10 +175,27 @@ def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+def _additional_properties(original: Any) -> Any:
+    """``additionalProperties`` telling the keys ``patternProperties`` covers with ``_matches`` (jsonschema's own
+    joins the patterns for ``re``), then ``original`` on the rest, as if there were no patterns."""
+
+    def check(validator: Any, additional: Any, instance: Any, schema: dict[str, Any]) -> Any:
+        patterns = schema.get("patternProperties")
+        if patterns and validator.is_type(instance, "object") and validator.is_type(patterns, "object"):
+            instance = {key: value for key, value in instance.items() if not any(_matches(p, key) for p in patterns)}
+            schema = {key: value for key, value in schema.items() if key != "patternProperties"}
+        yield from original(validator, additional, instance, schema)
+
+    return check
+
+
 @functools.cache
 def _bounded(cls: Any) -> Any:
-    """``cls`` with ``pattern`` and ``patternProperties`` matched in bounded time."""
-    return jsonschema.validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties})
+    """``cls`` with ``pattern``, ``patternProperties`` and the patterns ``additionalProperties`` consults matched in
+    bounded time (``unevaluatedProperties`` still consults them with ``re``: no strict schema has it)."""
+    additional = _additional_properties(cls.VALIDATORS["additionalProperties"])
+    keywords = {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": additional}
+    return jsonschema.validators.extend(cls, keywords)
 
 
 # ---------------------------------------------------------------------------------------- fallback
