@@ -11,13 +11,15 @@ from openai_harmony import (
     Message,
     RenderOptions,
     Role,
+    SystemContent,
     TextContent,
     ToolNamespaceConfig,
 )
 
 from harmony_responses import text_tokens
 from harmony_responses.render._developer import build_developer_message
-from harmony_responses.render._tools import parse_tools
+from harmony_responses.render._schema_ts import namespace_body
+from harmony_responses.render._tools import ToolSpec, parse_tools
 from harmony_responses.text_tokens import LONG_RUN, LongRunError, encode_text, has_long_run
 from harmony_responses.vocab import load_encoding
 
@@ -136,3 +138,20 @@ def test_a_long_run_outside_the_body_is_refused() -> None:
     )
     with pytest.raises(LongRunError):
         text_tokens.render(ENCODING, message)
+
+
+@pytest.mark.parametrize("run", ["─" * 2000, "=" * 600, "a" * 1000, " " * 800 + "x", "\n" * 400])
+def test_a_system_message_with_an_mcp_servers_tools_renders_to_harmonys_tokens(run: str) -> None:
+    """An MCP server's descriptions are the client's (or the server's) text: pre-rendered as our system message
+    carries them (render/_system.py), a long run in them gets harmony's tokens."""
+    tool = ToolSpec(
+        "search", f"Search {run} it", {"type": "object", "properties": {"q": {"type": "string", "description": run}}}
+    )
+    body = namespace_body("mcp_docs", f"Docs server.\n{run}", [tool])
+    content = (
+        SystemContent.new()
+        .with_conversation_start_date("2025-06-01")
+        .with_tools(ToolNamespaceConfig(name="mcp_docs", description=body, tools=[]))
+    )
+    message = Message.from_role_and_content(Role.SYSTEM, content)
+    assert text_tokens.render(ENCODING, message) == ENCODING.render(message)
