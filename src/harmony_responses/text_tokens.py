@@ -157,6 +157,8 @@ def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions |
             if not has_long_run(value):
                 return value
             short = _shortened(value)
+            if short == value:  # a long run of short pre-tokens (minified JSON, say): harmony's as it is
+                return value
             if originals.setdefault(short, value) != value:
                 raise LongRunError("in two of the message's strings that shorten alike")
             return short
