@@ -30,7 +30,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Generator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any
 
 import anyio
@@ -234,18 +234,16 @@ class RunResponse:
         task = asyncio.current_task()
         assert task is not None
         # Our own connections say when the client is gone; any other server's, through receive().
-        unwatch = when_gone(receive, functools.partial(self._client_gone, task))
-        watcher = asyncio.create_task(self._watch_disconnect(receive, task)) if unwatch is None else None
+        unwatch: Callable[[], object] | None = when_gone(receive, functools.partial(self._client_gone, task))
+        if unwatch is None:
+            unwatch = asyncio.create_task(self._watch_disconnect(receive, task)).cancel
         try:
             try:
                 await self._respond(scope, receive, send)
             finally:
                 # From here on the watch cannot cancel this task (a watcher task is cancelled at its own await
                 # first).
-                if watcher is not None:
-                    watcher.cancel()
-                else:
-                    unwatch()  # type: ignore[misc]
+                unwatch()
         except asyncio.CancelledError:
             if not self._watcher_cancelled or task.uncancel() > 0:
                 raise  # cancelled from outside (a server shutting down), not (only) by the watcher
