@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from engine_bench import spawn
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MODEL = "gpt-oss-20b"
@@ -80,11 +82,10 @@ def main() -> None:
         script.write_text("".join(json.dumps({"harmony": ANSWER}) + "\n" for _ in range(4 * ROUNDS)))
         port = free_port()
         env = {**os.environ, "XDG_DATA_HOME": str(work / "data")}
-        server = subprocess.Popen(
+        server = spawn(
             [str(BIN / "harmony-responses"), "serve", "--port", str(port), "--model", MODEL]
             + ["--engine", f"replay:{script}", "--log-level", "warning"],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
             env=env,
         )
         url = f"http://127.0.0.1:{port}"

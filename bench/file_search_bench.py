@@ -38,6 +38,7 @@ import httpx
 from openai import OpenAI
 
 from _postgres import pgvector_url, postgres_url, run_sql
+from engine_bench import spawn, stderr_of
 from harmony_responses.tools.file_search import chunk_text
 from server_bench import BIN, free_port
 
@@ -70,13 +71,11 @@ def serve(store: str, embeddings: str | None = None) -> tuple[subprocess.Popen[b
     argv = [str(BIN / "harmony-responses"), "serve", "--host", "127.0.0.1", "--port", str(port)]
     if embeddings is not None:
         argv += ["--embeddings", embeddings]
-    proc = subprocess.Popen(
-        [*argv, "--store", store, "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    proc = spawn([*argv, "--store", store, "--log-level", "warning"], stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"server exited with {proc.returncode}: {stderr_of(proc)}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                 return proc, f"http://127.0.0.1:{port}/v1"

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from engine_bench import spawn
 from server_bench import BIN, completion, free_port, wait_healthy
 
 STREAMS = 64
@@ -121,7 +122,7 @@ def server(workdir: Path, *, collector: str | None = None, tokens: int = TOKENS)
     if collector is not None:
         argv.append("--otel")
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = spawn(argv, stdout=subprocess.DEVNULL, env=env)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
         yield port

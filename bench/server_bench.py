@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from engine_bench import spawn
 from harmony_responses.sse import encode_events
 from harmony_responses.translate import Translator
 from harmony_responses.vocab import load_encoding, load_vocabulary
@@ -105,7 +106,7 @@ def measure(tokens: list[int], workdir: Path) -> dict[str, dict[int, dict[str, f
     }
     for name, argv in servers.items():
         port = free_port()
-        proc = subprocess.Popen(argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = spawn(argv(port), stdout=subprocess.DEVNULL)
         try:
             url = f"http://127.0.0.1:{port}"
             wait_healthy(url, proc)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from _postgres import postgres_url, run_sql
+from engine_bench import spawn
 from server_bench import BIN, completion, free_port, wait_healthy
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +72,7 @@ def measure(store: str, script: Path) -> dict[str, list[float]]:
     port = free_port()
     argv = [str(BIN / "harmony-responses"), "serve", "--port", str(port), "--engine", f"replay:{script}"]
     argv += ["--model", "gpt-oss-20b", "--log-level", "warning", "--store", store]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = spawn(argv, stdout=subprocess.DEVNULL)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
         out = subprocess.run(
