@@ -447,7 +447,7 @@ class _Watchdog:
 
     def __init__(self, first: float, stall: float) -> None:
         self.loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = asyncio.current_task(self.loop)  # given the loop: asking for it again is a getpid() on 3.11
         assert task is not None, "engine streams run inside an asyncio task"
         self.task = task
         self.first, self.stall = first, stall

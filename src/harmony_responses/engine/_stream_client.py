@@ -101,8 +101,8 @@ class StreamClient:
             target = self._targets[url] = _Target(self.label, url, self._headers)
         request = target.head + b"%d\r\n" % len(body) + headers + b"\r\n" + body
         for attempt in (1, 2):
-            connection = await self._connection(target, fresh=attempt == 2, rank=rank)
-            answer = Answer(connection)
+            connection = await self._connection(loop, target, fresh=attempt == 2, rank=rank)
+            answer = Answer(connection, loop)
             try:
                 connection.send(request, answer)
                 await answer._head
@@ -114,8 +114,9 @@ class StreamClient:
             return answer
         raise AssertionError("unreachable: a new connection is never stale")
 
-    async def _connection(self, target: _Target, fresh: bool, rank: int = 1) -> _Connection:
-        loop = asyncio.get_running_loop()
+    async def _connection(
+        self, loop: asyncio.AbstractEventLoop, target: _Target, fresh: bool, rank: int = 1
+    ) -> _Connection:
         deadline = loop.time() + self.connect_timeout
         while True:
             if not fresh:
@@ -217,11 +218,15 @@ class _Stale(Exception):
 class Answer:
     """One request's answer: ``status``, then its body by ``readany()``; ``close()`` at the end."""
 
-    __slots__ = ("_buffered", "_chunks", "_connection", "_error", "_head", "_paused", "_waiter", "status")
+    __slots__ = ("_buffered", "_chunks", "_connection", "_error", "_head", "_loop", "_paused", "_waiter", "status")
 
-    def __init__(self, connection: _Connection) -> None:
+    def __init__(self, connection: _Connection, loop: asyncio.AbstractEventLoop) -> None:
         self._connection: _Connection | None = connection  # None once the answer is complete or closed
-        self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Kept rather than asked for at each wait: on Python 3.11 asyncio.get_running_loop() makes a getpid()
+        # system call every time (to notice a fork), and readany waits once per engine chunk, a token each on a
+        # paced stream (4.7 % of the server's GIL-held samples there, py-spy --native).
+        self._loop = loop
+        self._head: asyncio.Future[None] = loop.create_future()
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._paused = False  # the connection is not read until the consumer takes what came
@@ -241,7 +246,7 @@ class Answer:
                 raise self._error
             if self._connection is None:
                 return b""
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:

@@ -75,7 +75,8 @@ class _Handoff:
     tokens arrive one at a time, which is how a paced engine delivers them. One task puts, one takes.
     """
 
-    def __init__(self, bodies: int, size: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, bodies: int, size: int) -> None:
+        self._loop = loop  # not asked for at each wait: asyncio.get_running_loop() is a getpid() on Python 3.11
         self._bodies: deque[bytes] = deque()
         self._size = 0  # bytes in _bodies
         self._max_bodies = bodies
@@ -105,7 +106,7 @@ class _Handoff:
 
     async def put(self, body: bytes) -> None:
         while self._full():
-            self._writable = asyncio.get_running_loop().create_future()
+            self._writable = self._loop.create_future()
             await self._writable
         self._bodies.append(body)
         self._size += len(body)
@@ -138,7 +139,7 @@ class _Handoff:
                 raise self._failed
             if self._closed:
                 return None
-            self._readable = asyncio.get_running_loop().create_future()
+            self._readable = self._loop.create_future()
             await self._readable
         bodies = list(self._bodies)
         self._bodies.clear()
@@ -226,6 +227,7 @@ class RunResponse:
         # Observe's send, past the app's wrappers, for body writes once the first delta is out (BODY_SEND).
         self._body_send: Send | None = None
         self._start: Start | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # __call__'s task's
 
     # asyncio's own tasks and cancellation here rather than anyio's task group and cancel scopes: this
     # runs once per request, and anyio's bookkeeping (a backend lookup per scope, scope and task handle
@@ -233,6 +235,7 @@ class RunResponse:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
+        self._loop = task.get_loop()
         # Our own connections say when the client is gone; any other server's, through receive().
         unwatch: Callable[[], object] | None = when_gone(receive, functools.partial(self._client_gone, task))
         if unwatch is None:
@@ -306,8 +309,9 @@ class RunResponse:
         # per-write cost each (responses-protocol.md §1: events may share a write, never be split). The bound
         # keeps a slow reader's backlog small and passes the backpressure on to the engine. A batch that came
         # after a wait for the engine, while the writer has nothing to send, the producer writes itself.
-        handoff = _Handoff(BUFFERED_BATCHES, BUFFERED_BYTES)
-        producer = asyncio.create_task(self._produce(handoff, send))
+        assert self._loop is not None
+        handoff = _Handoff(self._loop, BUFFERED_BATCHES, BUFFERED_BYTES)
+        producer = self._loop.create_task(self._produce(handoff, send))
         try:
             await self._write_batches(handoff, send)
         except OSError:  # the client went away mid-write (uvicorn's ClientDisconnected)

@@ -542,8 +542,9 @@ class Turns:
     """Call ``arrived()`` when a batch comes in and ``await done()`` when it has been handed on."""
 
     def __init__(self) -> None:
-        self._traffic = Traffic.of(asyncio.get_running_loop())
-        self._start = _current.get()
+        self._start = start = _current.get()
+        # The start's traffic where there is a start: asyncio.get_running_loop() is a getpid() on Python 3.11.
+        self._traffic = start.traffic if start is not None else Traffic.of(asyncio.get_running_loop())
         self._clock = time.monotonic
         self._since = self._ended = self._clock()
         self._fresh = True  # the batch being handled came after a wait
