@@ -106,6 +106,45 @@ def test_answers_are_read_whole_and_the_connection_is_kept_for_the_next_request(
     assert b"\r\nContent-Length: 8\r\n" in requests[0] and requests[2].endswith(b'{"n": 2}')
 
 
+def test_waiting_for_each_chunk_does_not_ask_for_the_running_loop_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On Python 3.11 asyncio.get_running_loop() is a getpid() system call (a fork check): asked at every wait
+    # for the engine, a paced stream paid one per token, 4-7 % of the server's CPU there (bench/ab_bench.py).
+    chunks = 40
+    read: asyncio.Queue[None] = asyncio.Queue()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(HEAD)
+        for n in range(chunks):
+            writer.write(chunked(b"data: %d\n\n" % n)[: -len(b"0\r\n\r\n")])
+            await writer.drain()
+            await read.get()  # the client has read it and waits for the next: a paced engine
+        writer.write(b"0\r\n\r\n")
+
+    asked = 0
+    running_loop = asyncio.get_running_loop
+
+    def counted() -> asyncio.AbstractEventLoop:
+        nonlocal asked
+        asked += 1
+        return running_loop()
+
+    async def main() -> bytes:
+        async with server(handler) as (url, _), pool() as streams:
+            monkeypatch.setattr(asyncio, "get_running_loop", counted)
+            answer = await streams.post(url, b"{}")
+            data = b""
+            while part := await answer.readany():
+                data += part
+                read.put_nowait(None)
+            answer.close()
+            return data
+
+    data = asyncio.run(main())
+    assert data == b"".join(b"data: %d\n\n" % n for n in range(chunks))
+    assert asked <= 2, f"asked for the running loop {asked} times for {chunks} chunks"
+
+
 def test_a_pooled_connection_the_engine_closes_as_the_request_goes_out_is_replaced() -> None:
     # An engine's keep-alive running out just as the next request is sent: it reads the request and closes.
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
