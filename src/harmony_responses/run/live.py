@@ -60,7 +60,7 @@ class _Changes:
 
     What an ``asyncio.Event`` renewed at every change did, without asking for the running loop at every wait: on
     Python 3.11 that is a ``getpid()`` system call, and a stored stream waits once per commit round, a token at a
-    time on a paced engine (about two a token, counted with ``strace -c``).
+    time on a paced engine (6,270 asks for 6,400 tokens of 64 paced streams).
     """
 
     __slots__ = ("_loop", "_waiters")
