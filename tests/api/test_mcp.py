@@ -110,6 +110,28 @@ def tool_message(prompt: str, author: str) -> str:
 # ---------------------------------------------------------------------------------------------- list and call
 
 
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_call_the_engine_stops_right_after_without_its_call_token_is_run(
+    serve: Serve, mcp_server: McpServerProcess, streamed: bool
+) -> None:
+    # llama.cpp under a lazy grammar stopped once the arguments' JSON was complete, with no <|call|>: the server
+    # answered a JSON request with a 500 ("no final") and ended a stream with no terminal event, the call never run.
+    recorder = Recorder([ADD.removesuffix("<|call|>"), ANSWER])
+    live = serve(recorder.engine)
+    body = {"input": "What is 2 + 3?", "tools": [calc(mcp_server.url)]}
+    if streamed:
+        final = stream(live, body)[-1]["response"]
+    else:
+        response = post(live, {"model": MODEL, **body})
+        assert response.status_code == 200, response.text
+        final = response.json()
+    assert final["status"] == "completed"
+    call = next(item for item in final["output"] if item["type"] == "mcp_call")
+    assert call["status"] == "completed" and call["output"] == "5"
+    assert final["output"][-1]["content"][0]["text"] == "Done: 5."
+    assert len(recorder.prompts) == 2  # the tool's result went back to the model
+
+
 def test_list_tools_then_a_call_with_output(serve: Serve, mcp_server: McpServerProcess) -> None:
     recorder = Recorder([ADD, ANSWER])
     live = serve(recorder.engine)

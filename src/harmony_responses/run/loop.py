@@ -321,6 +321,13 @@ class ResponseRun:
             if item is not None:
                 async for events in self._pump(item):
                     yield events
+                # The pump returns as soon as it has handed the translator the engine's end: what that end makes
+                # comes first. A built-in call the engine stopped right after (``stop`` with no ``<|call|>``: a
+                # grammar that ended with the arguments) is a call to run; asked before the end was processed,
+                # it was none, and the response ended with no terminal event (a 500 "no final" for JSON).
+                events = t.events()
+                if events:
+                    yield self._finish(events)
             call = t.pending_tool_call
             if call is None:
                 break  # the engine call ended the response (answer, function call, cut, failure)
