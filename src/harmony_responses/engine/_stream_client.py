@@ -29,6 +29,7 @@ import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -253,7 +254,7 @@ class Answer:
                 self._waiter = None
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._chunks = []
+        chunks.clear()  # the same list: the parser appends to it (_Connection.send)
         self._buffered = 0
         if self._paused:
             self._paused = False
@@ -271,9 +272,9 @@ class Answer:
 
     # Called by the connection.
 
-    def _feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._buffered += len(data)
+    def _arrived(self, size: int) -> None:
+        """A read of ``size`` bytes has added body chunks to ``_chunks``."""
+        self._buffered += size
         if self._buffered > HIGH_WATER and not self._paused:
             connection = self._connection
             if connection is not None and connection.transport is not None and connection.transport.is_reading():
@@ -307,6 +308,8 @@ class Answer:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection to the engine; carries one answer at a time."""
 
+    on_body: Callable[[bytes], None]  # httptools' body callback: the current answer's list of chunks (send)
+
     def __init__(self, client: StreamClient) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
@@ -330,6 +333,11 @@ class _Connection(asyncio.Protocol):
     def send(self, request: bytes, answer: Answer) -> None:
         assert self.transport is not None and self.answer is None
         self.answer = answer
+        # The body's chunks go straight into the answer's list: httptools calls on_body once per chunk, which is
+        # once per token from an engine that streams a line per chunk (vLLM, SGLang, llama.cpp all do), and a
+        # C method there costs no Python frame; the answer's bookkeeping and wake-up run once per read
+        # (data_received). httptools looks its callbacks up when the parser is made, so this is set first.
+        self.on_body = answer._chunks.append
         self.parser = httptools.HttpResponseParser(self)
         self.got_any = self.framed = False
         if not self.transport.is_reading():
@@ -347,17 +355,21 @@ class _Connection(asyncio.Protocol):
         self.made = True
 
     def data_received(self, data: bytes) -> None:
-        if self.answer is None or self.parser is None:
+        answer = self.answer
+        if answer is None or self.parser is None:
             self.close()  # bytes nobody asked for: this connection can no longer be trusted
             return
         self.got_any = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            answer, self.answer = self.answer, None
-            if answer is not None:
-                answer._fail(EngineProtocolError(f"{self.client.label}: the engine's answer is not valid HTTP ({exc})"))
+            failed, self.answer = self.answer, None
+            if failed is not None:
+                failed._fail(EngineProtocolError(f"{self.client.label}: the engine's answer is not valid HTTP ({exc})"))
             self.close()
+            return
+        if answer._chunks:
+            answer._arrived(len(data))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -391,10 +403,6 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self.answer is not None and self.parser is not None:
             self.answer._headers_done(self.parser.get_status_code())
-
-    def on_body(self, body: bytes) -> None:
-        if self.answer is not None:
-            self.answer._feed(body)
 
     def on_message_complete(self) -> None:
         answer, self.answer = self.answer, None
