@@ -745,11 +745,13 @@ def bound_socket(sndbuf: int | None = None) -> socket.socket:
 
 
 @contextlib.contextmanager
-def run_app(app: Any, sndbuf: int | None = None) -> Iterator[str]:
-    """Serve an ASGI app on 127.0.0.1 in a thread; yields its root URL."""
+def run_app(app: Any, sndbuf: int | None = None, http: Any = "auto") -> Iterator[str]:
+    """Serve an ASGI app on 127.0.0.1 in a thread; yields its root URL. ``http``: the connection's protocol
+    (uvicorn's own by default; the server's is ``api_http_protocol()``)."""
     sock = bound_socket(sndbuf)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    config = uvicorn.Config(app, http=http, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -43,6 +43,7 @@ def stack(
     *,
     engine: Callable[[str], Engine] | None = None,
     sndbuf: int | None = None,
+    http: Any = "auto",
     **config: Any,
 ) -> Iterator[Stack]:
     """The fake engine, and our server using it through the ``kind`` adapter (or ``engine(fake_url)``)."""
@@ -51,7 +52,7 @@ def stack(
     with run_fake(fake):
         instance = engine(fake.url) if engine is not None else None
         app = create_app(Config(engine=kind, engine_url=fake.url, **config), engine=instance)
-        with run_app(app, sndbuf=sndbuf) as root:
+        with run_app(app, sndbuf=sndbuf, http=http) as root:
             yield Stack(fake=fake, root=root)
 
 

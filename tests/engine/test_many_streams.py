@@ -9,8 +9,10 @@ from collections import defaultdict
 
 import httpx
 import orjson
+import pytest
 
 from harmony_responses.engine import Engine, EngineOptions, EngineStream, GenerateRequest, VLLMEngine
+from harmony_responses.http.connection import api_http_protocol
 from harmony_responses.tokens import TokenChunk
 
 from .fakes import Scenario, VLLMFake, harmony, run_fake
@@ -81,7 +83,29 @@ def _unit_stalls(counter: dict[str, int], key: str, settle: float = 0.4, timeout
     raise AssertionError(f"the stream never stalled (at {last} tokens)")
 
 
-def test_a_slow_reader_slows_only_its_own_stream() -> None:
+# Our connection protocol writes a stream's later events straight to the socket, past uvicorn's send
+# (connection.body_writer), uvicorn's own through send: backpressure and framing must hold for both.
+PROTOCOLS = pytest.mark.parametrize("http", [api_http_protocol(), "auto"], ids=["ours", "uvicorn's"])
+
+
+def _dechunked(raw: bytes) -> bytes:
+    """The body of a chunked HTTP/1.1 response, its framing checked."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    body = bytearray()
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert rest == b"\r\n", "bytes after the last chunk"
+            return bytes(body)
+        body += rest[:size]
+        assert rest[size : size + 2] == b"\r\n", "a chunk not ended by CRLF"
+        rest = rest[size + 2 :]
+
+
+@PROTOCOLS
+def test_a_slow_reader_slows_only_its_own_stream(http: object) -> None:
     big = harmony(BIG)
     fake = VLLMFake(Scenario(tokens=big), Scenario(tokens=harmony(ANSWER)))
     engines: list[Counting] = []
@@ -90,7 +114,7 @@ def test_a_slow_reader_slows_only_its_own_stream() -> None:
         engines.append(Counting(VLLMEngine(EngineOptions(url=url))))
         return engines[0]
 
-    with stack("vllm", fake, engine=counting, sndbuf=32 * 1024) as s:
+    with stack("vllm", fake, engine=counting, sndbuf=32 * 1024, http=http) as s:
         (engine,) = engines
         host, port = s.root.removeprefix("http://").split(":")
         # A client that sends its request and then reads nothing, with a small receive buffer.
@@ -134,6 +158,11 @@ def test_a_slow_reader_slows_only_its_own_stream() -> None:
                 raw += data
             assert b"event: response.completed" in raw
             assert engine.pulled[key] == len(big)
+            # Every event whole and in order, however the writes went: the client reads the whole answer.
+            events = sse_events(_dechunked(bytes(raw)))
+            assert [e["sequence_number"] for e in events] == list(range(len(events)))
+            deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+            assert deltas == "token " * 20_000
         finally:
             slow.close()
 

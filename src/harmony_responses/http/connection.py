@@ -44,6 +44,7 @@ __all__ = [
     "answering",
     "api_http_protocol",
     "body_received",
+    "body_writer",
     "when_gone",
 ]
 
@@ -252,6 +253,37 @@ def body_received(receive: Any) -> bool:
     requests only miss the shortcuts this allows)."""
     cycle = getattr(receive, "__self__", None)
     return getattr(cycle, "more_body", True) is False
+
+
+def body_writer(send: Any) -> Callable[[bytes], bool] | None:
+    """A writer of a streamed response's next body chunk straight to the socket, past uvicorn's ``send``; None
+    when ``send`` is not one of ``ApiHttpProtocol``'s requests' (another server's).
+
+    It writes what ``send({"type": "http.response.body", "body": body, "more_body": True})`` would (the chunk in
+    the chunked encoding) and returns True, when nothing else is owed first: the response has started chunked,
+    is not complete, its client is not gone and the socket is not write-paused. Otherwise it writes nothing and
+    returns False, and the caller awaits ``send`` (which waits for the socket to drain, or ends the response).
+    uvicorn's ``send`` is a coroutine run once per body write, a token a write on a paced engine: it and the
+    wrappers' frames cost more than the write's own Python.
+    """
+    cycle = getattr(send, "__self__", None)
+    if not hasattr(cycle, _GONE):
+        return None
+    flow = cycle.flow
+
+    def write(body: bytes) -> bool:
+        if (
+            flow.write_paused
+            or cycle.disconnected
+            or cycle.response_complete
+            or not cycle.response_started
+            or cycle.chunked_encoding is not True
+        ):
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+    return write
 
 
 def when_gone(receive: Any, callback: Callable[[], None]) -> Callable[[], None] | None:

@@ -28,8 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..logs import accepted_request_id, request_scope
 from ..metrics import HTTP_REQUEST_DURATION, HTTP_REQUESTS, labelled
+from .connection import body_writer
 
-__all__ = ["BODY_SEND", "REQUEST_ID_HEADER", "Observe"]
+__all__ = ["BODY_SEND", "BODY_WRITE", "REQUEST_ID_HEADER", "Observe"]
 
 REQUEST_ID_HEADER = b"x-request-id"
 # The scope key of this middleware's own ``send`` (the server's, observed), for an endpoint's body writes once
@@ -38,6 +39,10 @@ REQUEST_ID_HEADER = b"x-request-id"
 # route's) acts on a response's start alone, ``FirstTokensFirst`` on its first delta too, and passes each
 # later body write on unchanged: a coroutine frame apiece, five per write of a streamed response.
 BODY_SEND = "harmony_responses.body_send"
+# The scope key of the same writes made without a coroutine: a function that writes a body chunk (more to come)
+# straight to the socket and returns True, or returns False when ``BODY_SEND`` must be awaited instead
+# (``connection.body_writer``). Absent under another server than ours.
+BODY_WRITE = "harmony_responses.body_write"
 # The most of an error body read for its code: the API's error bodies are a few hundred bytes.
 MAX_ERROR_BODY = 64 * 1024
 UNMATCHED = "unmatched"
@@ -116,6 +121,9 @@ class Observe:
 
         if kind == "http":
             scope[BODY_SEND] = send_observed
+            write = body_writer(send)
+            if write is not None:
+                scope[BODY_WRITE] = write
         context = request_scope(request_id, arrived)
         context.__enter__()
         try:

@@ -44,7 +44,7 @@ from ..sse import encode_events, ends_response
 from .connection import when_gone
 from .errors import error_response, json_response
 from .first_tokens import DELTA_FRAME
-from .observe import BODY_SEND
+from .observe import BODY_SEND, BODY_WRITE
 
 __all__ = ["SSE_HEADERS", "FollowStream", "RunResponse"]
 
@@ -226,6 +226,8 @@ class RunResponse:
         self._ended = False  # the body's end is sent: the server reports the request over as a disconnect
         # Observe's send, past the app's wrappers, for body writes once the first delta is out (BODY_SEND).
         self._body_send: Send | None = None
+        # Its writes straight to the socket, where they can be (BODY_WRITE): for the same writes, no coroutine.
+        self._body_write: Callable[[bytes], bool] | None = None
         self._start: Start | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # __call__'s task's
 
@@ -283,6 +285,7 @@ class RunResponse:
 
     async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._body_send = scope.get(BODY_SEND)
+        self._body_write = scope.get(BODY_WRITE)
         self._start = current_start()
         try:
             # Streamed: the response starts once the engine has admitted the request, not at its first token.
@@ -331,9 +334,17 @@ class RunResponse:
         (the terminal event) with the end of the body."""
         while (bodies := await handoff.take()) is not None:
             last = handoff.drained
+            body = b"".join(bodies)
+            if not last and self._wrote(body):
+                continue
             if last:
                 self._ended = True
-            await self._sender(send)({"type": "http.response.body", "body": b"".join(bodies), "more_body": not last})
+            await self._sender(send)({"type": "http.response.body", "body": body, "more_body": not last})
+
+    def _wrote(self, body: bytes) -> bool:
+        """Whether ``body`` (more to come) went straight to the socket, as ``_sender``'s writes may."""
+        write, start = self._body_write, self._start
+        return write is not None and (start is None or start.delivered) and write(body)
 
     async def _produce(self, handoff: _Handoff, send: Send) -> None:
         """Hand the run's batches on to the writer (or write them itself, below).
@@ -417,6 +428,8 @@ class RunResponse:
         is gone (the writer is told, and ends the response as for its own failed write)."""
         if last:
             self._ended = True
+        elif self._wrote(body):
+            return True
         try:
             await self._sender(send)({"type": "http.response.body", "body": body, "more_body": not last})
         except OSError as exc:
