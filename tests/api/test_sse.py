@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -111,3 +115,54 @@ def test_a_batch_is_framed_as_its_events_one_after_another(batches: list[list[di
         body = sse.encode_events(batch)
         assert body == b"".join(sse.frame(e["type"], orjson.dumps(e)) for e in batch)
         assert not batch or sse_events(body) == batch
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_ANY_EVENTS = st.lists(
+    st.builds(lambda kind, rest: {"type": kind, **rest}, _TYPES, st.dictionaries(st.text(max_size=8), _JSON)),
+    min_size=2,
+    max_size=12,
+)
+
+
+def _pure_python(batch: list[dict[str, Any]]) -> bytes:
+    compiled, sse.FRAMES = sse.FRAMES, None
+    try:
+        return sse.encode_events(batch)
+    finally:
+        sse.FRAMES = compiled
+
+
+@given(batch=_ANY_EVENTS)
+def test_the_compiled_framing_makes_the_bytes_python_makes(batch: list[dict[str, Any]]) -> None:
+    # _sse_frames.c frames a batch whose types have their prefixes already (each type's first event goes
+    # through Python, which keeps its prefix): any JSON values, unicode, nesting.
+    expected = _pure_python(batch)
+    assert sse.encode_events(batch) == expected
+    assert sse.encode_events(batch) == expected  # every prefix known now: all of it compiled, where built
+    if sse.FRAMES is not None:
+        assert sse.FRAMES(batch, sse._EVENT_PREFIX, orjson.dumps) == expected
+
+
+def test_an_event_orjson_refuses_is_refused_either_way() -> None:
+    batch = [{"type": "response.created", "n": 1}, {"type": "response.created", "n": 2**70}]
+    sse.encode_events(batch[:1] * 2)  # the type's prefix made
+    for encode in (sse.encode_events, _pure_python):
+        with pytest.raises(orjson.JSONEncodeError):
+            encode(batch)
+
+
+def test_start_up_says_how_events_are_framed() -> None:
+    code = "from harmony_responses.sse import describe_frames; print(describe_frames())"
+    env = {k: v for k, v in os.environ.items() if k != "HARMONY_RESPONSES_PURE_PYTHON"}
+    pure = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "HARMONY_RESPONSES_PURE_PYTHON": "1"}, capture_output=True, text=True
+    )
+    assert pure.stdout.strip() == "events framed in pure Python: HARMONY_RESPONSES_PURE_PYTHON is set"
+    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    expected = "events framed by the compiled framing" if sse.FRAMES is not None else "events framed in pure Python"
+    assert default.stdout.startswith(expected), default.stderr

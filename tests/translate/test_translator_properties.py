@@ -9,6 +9,7 @@ against a model of what they should produce.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -21,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harmony_responses.tokens import TokenLogprob
-from harmony_responses.translate import AWAIT_TOOL, DONE, NEED_TOKENS, ItemKind, State, Translator
+from harmony_responses.translate import AWAIT_TOOL, DONE, NEED_TOKENS, ItemKind, State, Translator, _translator
 
 from .helpers import ALL_TOOLS, CALL, RETURN, SPECIAL_IDS, make_translator, tokens
 from .invariants import check_stream
@@ -125,8 +126,22 @@ def run_script(script: Script, sizes: list[int], drain: str = "events") -> list[
     return events
 
 
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    """Translators made meanwhile take every token in Python, without the compiled text run (_text_run.c)."""
+    compiled = _translator.TEXT_RUN
+    _translator.TEXT_RUN = None
+    try:
+        yield
+    finally:
+        _translator.TEXT_RUN = compiled
+
+
 def assert_chunking_invariant(script: Script, sizes: list[int]) -> list[dict[str, Any]]:
     reference = run_script(script, [1 << 30])  # all at once
+    with pure_python():
+        assert run_script(script, [1 << 30]) == reference, "the pure-Python path differs from the compiled one"
+        assert run_script(script, sizes) == reference, f"the pure-Python path in chunks of {sizes} differs"
     assert run_script(script, [1]) == reference, "one token at a time differs from all at once"
     assert run_script(script, [7]) == reference, "chunks of 7 differ from all at once"
     assert run_script(script, sizes) == reference, f"chunks of {sizes} differ from all at once"

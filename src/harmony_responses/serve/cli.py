@@ -26,9 +26,11 @@ from ..engine import EngineUnavailable
 from ..http.connection import ApiWebSocketProtocol, answering, api_http_protocol
 from ..logs import configure as configure_logs
 from ..logs import logging_config
+from ..sse import describe_frames
 from ..store import StoreError, describe_store
 from ..tools.code_interpreter import SandboxLimits
 from ..tools.mcp import DEFAULT_MCP_MAX_BODY_BYTES, DEFAULT_MCP_TIMEOUT, McpOptions, load_mcp_config, parse_stdio_server
+from ..translate import describe_text_run
 from .app import create_app, web_search_from_config
 from .config import DEFAULT_MODELS, Config
 from .config_file import apply_config_file
@@ -149,6 +151,8 @@ def banner(
         f"  models: {', '.join(config.served_models)} (default {config.default_model})",
         f"  auth:   {'bearer token required' if config.api_keys or config.keys else 'none (no --api-key given)'}",
         f"  store:  {describe_store(config.store, config.data_dir, config.retention)}",
+        # The compiled steps (setup.py), or why not: each falls back to Python, to the same events.
+        f"  output: {describe_text_run()}; {describe_frames()}",
     ]
     if search is not None:
         lines.append(f"  search: {search}")

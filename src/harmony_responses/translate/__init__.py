@@ -10,7 +10,7 @@ from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._recipients import ItemKind, RecipientMap, Target
 from ._response import response_skeleton, usage_object
 from ._state import State
-from ._translator import AWAIT_TOOL, DONE, NEED_TOKENS, ToolCall, Translator
+from ._translator import AWAIT_TOOL, DONE, NEED_TOKENS, ToolCall, Translator, describe_text_run
 
 __all__ = [
     "AWAIT_TOOL",
@@ -25,6 +25,7 @@ __all__ = [
     "Target",
     "ToolCall",
     "Translator",
+    "describe_text_run",
     "response_skeleton",
     "usage_object",
 ]

@@ -15,6 +15,7 @@ The translator owns ``sequence_number`` (0, 1, 2, … over every event), ``outpu
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,30 @@ from ._state import TRANSITIONS, Action, State, classify
 __all__ = ["AWAIT_TOOL", "DONE", "NEED_TOKENS", "ToolCall", "Translator"]
 
 Event = dict[str, Any]
+
+# The compiled run of plain text tokens (_text_run.c: the inline path of ``events`` for a run of such tokens,
+# built at install where a C compiler is), None where it is not used: this file's Python then takes every
+# token, with the same events (tests/translate/test_translator_properties.py runs both).
+_TakeText = Callable[[deque[Any], tuple[str | None, ...], int, Event, list[str], list[Event], int], int]
+_text_run_why_not: str | None = None
+_take_text: _TakeText | None
+try:
+    from ._text_run import take as _take_text  # type: ignore[import-not-found,unused-ignore]
+except ImportError as exc:
+    _take_text = None
+    _text_run_why_not = f"its compiled text run was not built ({exc})"
+if _take_text is not None and os.environ.get("HARMONY_RESPONSES_PURE_PYTHON"):
+    _take_text = None
+    _text_run_why_not = "HARMONY_RESPONSES_PURE_PYTHON is set"
+TEXT_RUN: _TakeText | None = _take_text
+
+
+def describe_text_run() -> str:
+    """What start-up says of how the translator takes text tokens."""
+    if TEXT_RUN is not None:
+        return "text tokens taken by the compiled text run"
+    return f"text tokens taken in pure Python: {_text_run_why_not or 'the compiled text run is off'}"
+
 
 # A header is a dozen tokens (`<|channel|>commentary to=functions.get_weather <|constrain|>json`); a long
 # MCP tool name may take a few dozen. Past this many tokens without <|message|> the model is not writing a
@@ -138,6 +163,8 @@ class Translator:
         self._vocab = vocab
         self._token_bytes = vocab.token_bytes
         self._token_text = vocab.token_text
+        # The compiled text run takes a vocabulary's table as a tuple (Vocabulary's own).
+        self._take_text = TEXT_RUN if type(vocab.token_text) is tuple else None
         self._new_id = new_id
         self._clock = clock
         self._recipients = recipients or RecipientMap()
@@ -471,6 +498,7 @@ class Translator:
         events = self._events
         token_text = self._token_text
         decoder = self._decoder
+        take_text = self._take_text
         while pending:
             token = pending.popleft()
             if token.__class__ is tuple:
@@ -495,6 +523,17 @@ class Translator:
                             event["delta"] = text
                             self._seq += 1
                             events.append(event)
+                            if take_text is not None and pending:
+                                # The tokens right behind it, while they are plain text too, in C: the same
+                                # effects, token by token (_text_run.c); it stops at the first that is not.
+                                taken = take_text(
+                                    pending, token_text, FIRST_SPECIAL, fast, item.parts, events, self._seq
+                                )
+                                if taken:
+                                    self._seq += taken
+                                    self.output_tokens += taken
+                                    if item.reasoning:
+                                        self.reasoning_tokens += taken
                             continue
             self._step(token, None, True)
         if self._pending_end is not None:
