@@ -44,13 +44,14 @@ static PyObject *frames(PyObject *module, PyObject *const *args, Py_ssize_t narg
             goto fallback;
         }
         if (!PyBytes_CheckExact(prefix)) goto fallback;
+        Py_INCREF(prefix); /* held from here: nothing dumps runs may take it away */
         PyObject *json = PyObject_CallOneArg(dumps, event);
-        if (json == NULL) goto done;
-        if (!PyBytes_CheckExact(json)) {
+        if (json == NULL || !PyBytes_CheckExact(json)) {
+            Py_DECREF(prefix);
+            if (json == NULL) goto done;
             Py_DECREF(json);
             goto fallback;
         }
-        Py_INCREF(prefix); /* held: dumps must not be able to take it away */
         pieces[2 * i] = prefix;
         pieces[2 * i + 1] = json;
         made = i + 1;
