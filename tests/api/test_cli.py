@@ -90,6 +90,8 @@ def test_banner() -> None:
     text = banner(config, "echo: a stand-in", "127.0.0.1", 8123)
     assert "http://127.0.0.1:8123/v1" in text and "echo: a stand-in" in text
     assert "gpt-oss-20b" in text and "bearer token required" in text
+    # Last: how this installation makes its output (the compiled steps, or pure Python and why).
+    assert text.splitlines()[-1].startswith("  output: text tokens taken ")
 
 
 def test_serve_starts_and_says_where(tmp_path: Path) -> None:

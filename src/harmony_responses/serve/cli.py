@@ -151,13 +151,13 @@ def banner(
         f"  models: {', '.join(config.served_models)} (default {config.default_model})",
         f"  auth:   {'bearer token required' if config.api_keys or config.keys else 'none (no --api-key given)'}",
         f"  store:  {describe_store(config.store, config.data_dir, config.retention)}",
-        # The compiled steps (setup.py), or why not: each falls back to Python, to the same events.
-        f"  output: {describe_text_run()}; {describe_frames()}",
     ]
     if search is not None:
         lines.append(f"  search: {search}")
     if workers > 1:
         lines.append(f"  workers: {workers} processes on this port")
+    # The compiled steps (setup.py), or why not: each falls back to Python, to the same events.
+    lines.append(f"  output: {describe_text_run()}; {describe_frames()}")
     return "\n".join(lines)
 
 
