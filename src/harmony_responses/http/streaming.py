@@ -399,7 +399,10 @@ class RunResponse:
                         # the writer, which is most of what a one-token batch costs. Batches right behind
                         # one another go through the writer, which sends them together. So does the first
                         # delta, with all that came before it: nothing is left to gather for its write.
-                        if not await self._write_directly(handoff, send, body, last):
+                        # Straight to the socket where it can go (no coroutine: this is once per engine read).
+                        if (last or not self._wrote(body)) and not await self._write_directly(
+                            handoff, send, body, last
+                        ):
                             return
                     elif not handoff.put_nowait(body):  # no event-loop turn while there is room
                         await handoff.put(body)  # the reader is behind: wait for it
@@ -428,8 +431,6 @@ class RunResponse:
         is gone (the writer is told, and ends the response as for its own failed write)."""
         if last:
             self._ended = True
-        elif self._wrote(body):
-            return True
         try:
             await self._sender(send)({"type": "http.response.body", "body": body, "more_body": not last})
         except OSError as exc:
