@@ -744,13 +744,15 @@ class HTTPEngine(Engine):
                         watchdog.task = current_task()  # type: ignore[assignment]  # the task reading on
                         # Each read's lines are fed at once (engine/_lines.py), its tokens then go on as one
                         # chunk (the translator is chunking-invariant).
-                        read = response.readany
+                        waiter, take = response.waiter, response.take  # readany, without its coroutine
                         lines = Lines(reader, label, _lines.COMPILED)
                         read_lines = lines.read
                         transport_of = response.transport_now
                         while True:
                             watchdog.reading = loop_time()
-                            data = await read()
+                            while (wait := waiter()) is not None:
+                                await wait
+                            data = take()
                             watchdog.reading = None
                             if not data and not lines.tail:
                                 break  # the end of the body
