@@ -5,7 +5,7 @@
  * or None, having built nothing, when an event is not a dict with a "type" whose prefix is in prefixes yet:
  * sse.py then frames the batch itself (and keeps the new type's prefix for the next time). dumps is
  * orjson.dumps; whatever it raises is raised. The bytes are the same as sse.py's Python loop makes
- * (tests/test_sse_frames.py holds the two to it).
+ * (tests/api/test_sse.py holds the two to it).
  *
  * Why C: the loop around orjson costs about as much as orjson itself for a delta event (three list appends,
  * a dict lookup and the loop's own work per event, then a join), and a flat-out engine makes an event a

@@ -6,35 +6,25 @@ lines (openai-python keeps ``last_event_id`` and a stray blank line then dispatc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from . import _compiled
+
 __all__ = ["FRAMES", "describe_frames", "encode_event", "encode_events", "ends_response", "frame"]
 
 # The compiled framing of a batch (_sse_frames.c, built at install where a C compiler is), None where it is not
-# used: encode_events' Python loop then frames every batch, to the same bytes (tests/test_sse_frames.py).
+# used: encode_events' Python loop then frames every batch, to the same bytes (tests/api/test_sse.py).
 _Frames = Callable[[list[dict[str, Any]], dict[str, bytes], Callable[[Any], bytes]], "bytes | None"]
-_frames_why_not: str | None = None
-_frames: _Frames | None
-try:
-    from ._sse_frames import frames as _frames  # type: ignore[import-not-found,unused-ignore]
-except ImportError as exc:
-    _frames = None
-    _frames_why_not = f"the compiled framing was not built ({exc})"
-if _frames is not None and os.environ.get("HARMONY_RESPONSES_PURE_PYTHON"):
-    _frames = None
-    _frames_why_not = "HARMONY_RESPONSES_PURE_PYTHON is set"
-FRAMES: _Frames | None = _frames
+FRAMES: _Frames | None
+FRAMES, _frames_why_not = _compiled.load(f"{__package__}._sse_frames", "frames", "framing")
 
 
 def describe_frames() -> str:
     """What start-up says of how events are framed."""
-    if FRAMES is not None:
-        return "events framed by the compiled framing"
-    return f"events framed in pure Python: {_frames_why_not or 'the compiled framing is off'}"
+    return _compiled.describe(FRAMES, _frames_why_not, "events framed", "framing")
 
 
 _EVENT_PREFIX: dict[str, bytes] = {}

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -154,15 +151,3 @@ def test_an_event_orjson_refuses_is_refused_either_way() -> None:
     for encode in (sse.encode_events, _pure_python):
         with pytest.raises(orjson.JSONEncodeError):
             encode(batch)
-
-
-def test_start_up_says_how_events_are_framed() -> None:
-    code = "from harmony_responses.sse import describe_frames; print(describe_frames())"
-    env = {k: v for k, v in os.environ.items() if k != "HARMONY_RESPONSES_PURE_PYTHON"}
-    pure = subprocess.run(
-        [sys.executable, "-c", code], env={**env, "HARMONY_RESPONSES_PURE_PYTHON": "1"}, capture_output=True, text=True
-    )
-    assert pure.stdout.strip() == "events framed in pure Python: HARMONY_RESPONSES_PURE_PYTHON is set"
-    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    expected = "events framed by the compiled framing" if sse.FRAMES is not None else "events framed in pure Python"
-    assert default.stdout.startswith(expected), default.stderr

@@ -2,14 +2,11 @@
 
 The property tests (test_translator_properties.py) hold the two to the same events for random streams and
 chunkings; here, what they may miss: the run is really taken in C where it is built, across characters split
-over tokens, logprobs and prefill, and start-up says which path runs.
+over tokens, logprobs and prefill. (What start-up says of it: tests/test_compiled.py.)
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,16 +91,3 @@ def test_tokens_with_logprobs_and_prefill_stay_with_python(runs: list[int]) -> N
     body = tokens("Hello there, 龘 how are you doing today?<|return|>")
     assert _events(body, 4, prefill=head) == _pure(body, 4, prefill=head)
     assert sum(runs) > 0
-
-
-def test_start_up_says_how_text_tokens_are_taken() -> None:
-    code = "from harmony_responses.translate import describe_text_run; print(describe_text_run())"
-    env = {k: v for k, v in os.environ.items() if k != "HARMONY_RESPONSES_PURE_PYTHON"}
-    pure = subprocess.run(
-        [sys.executable, "-c", code], env={**env, "HARMONY_RESPONSES_PURE_PYTHON": "1"}, capture_output=True, text=True
-    )
-    assert pure.stdout.strip() == "text tokens taken in pure Python: HARMONY_RESPONSES_PURE_PYTHON is set"
-    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    built = _translator.TEXT_RUN is not None
-    expected = "text tokens taken by the compiled text run" if built else "text tokens taken in pure Python"
-    assert default.stdout.startswith(expected), default.stderr

@@ -13,12 +13,12 @@ chunking. Start-up says which one runs (``describe``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import orjson
 
+from .. import _compiled
 from ..vocab import VOCAB_SIZE
 from ._base import EngineProtocolError
 
@@ -36,26 +36,14 @@ ERROR_EXCERPT = 300
 
 _Take = Callable[[bytes, int, int, int, list[int]], int]
 
-_why_not: str | None = None
-_compiled: _Take | None
-try:
-    from ._completion_lines import take as _compiled  # type: ignore[import-not-found,unused-ignore]
-except ImportError as exc:
-    _compiled = None
-    _why_not = f"the compiled scanner was not built ({exc})"
-if _compiled is not None and os.environ.get("HARMONY_RESPONSES_PURE_PYTHON"):
-    _compiled = None
-    _why_not = "HARMONY_RESPONSES_PURE_PYTHON is set"
-
 # The compiled scanner, None where it is not used.
-COMPILED: _Take | None = _compiled
+COMPILED: _Take | None
+COMPILED, _why_not = _compiled.load(f"{__package__}._completion_lines", "take", "scanner")
 
 
 def describe() -> str:
     """What start-up says of how completions lines are read."""
-    if COMPILED is not None:
-        return "lines read by the compiled scanner"
-    return f"lines read in pure Python: {_why_not or 'the compiled scanner is off'}"
+    return _compiled.describe(COMPILED, _why_not, "lines read", "scanner")
 
 
 def excerpt(value: object) -> str:

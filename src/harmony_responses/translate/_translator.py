@@ -15,7 +15,6 @@ The translator owns ``sequence_number`` (0, 1, 2, … over every event), ``outpu
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from .. import _compiled
 from ..tokens import FinishReason, TokenLogprob
 from ..vocab import FIRST_SPECIAL, Vocabulary
 from ._citations import CitationFilter, CitationResolver, FileCitationResolver
@@ -53,24 +53,13 @@ Event = dict[str, Any]
 # built at install where a C compiler is), None where it is not used: this file's Python then takes every
 # token, with the same events (tests/translate/test_translator_properties.py runs both).
 _TakeText = Callable[[deque[Any], tuple[str | None, ...], int, Event, list[str], list[Event], int], int]
-_text_run_why_not: str | None = None
-_take_text: _TakeText | None
-try:
-    from ._text_run import take as _take_text  # type: ignore[import-not-found,unused-ignore]
-except ImportError as exc:
-    _take_text = None
-    _text_run_why_not = f"its compiled text run was not built ({exc})"
-if _take_text is not None and os.environ.get("HARMONY_RESPONSES_PURE_PYTHON"):
-    _take_text = None
-    _text_run_why_not = "HARMONY_RESPONSES_PURE_PYTHON is set"
-TEXT_RUN: _TakeText | None = _take_text
+TEXT_RUN: _TakeText | None
+TEXT_RUN, _text_run_why_not = _compiled.load(f"{__package__}._text_run", "take", "text run")
 
 
 def describe_text_run() -> str:
     """What start-up says of how the translator takes text tokens."""
-    if TEXT_RUN is not None:
-        return "text tokens taken by the compiled text run"
-    return f"text tokens taken in pure Python: {_text_run_why_not or 'the compiled text run is off'}"
+    return _compiled.describe(TEXT_RUN, _text_run_why_not, "text tokens taken", "text run")
 
 
 # A header is a dozen tokens (`<|channel|>commentary to=functions.get_weather <|constrain|>json`); a long
