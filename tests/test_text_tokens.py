@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from openai_harmony import (
     Author,
@@ -92,11 +92,24 @@ def _messages(text: str) -> list[Message]:
         Message(
             author=Author(role=Role.DEVELOPER), content=[tools, TextContent(text=f"\n\n# Response Formats\n\n{text}")]
         ),
+        # One string twice: harmony prints the instructions as they are and rewrites the description's CRLFs.
+        Message(
+            author=Author(role=Role.DEVELOPER),
+            content=[
+                DeveloperContent.new()
+                .with_instructions(text)
+                .with_tools(ToolNamespaceConfig(name="functions", description=text, tools=[]))
+            ],
+        ),
     ]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(TEXTS)
+# A CRLF run inside one long pre-token (the emoji's punctuation, whose line ends and slashes follow it): a cut
+# to its ends took the CRLFs out, so harmony's rewrite of them in a namespace's description did not show.
+@example("😀" * 128 + "\r\n" * 128 + "/" * 128)
+@example("=" * 300 + "\r\n" + "/" * 300)
 def test_every_kind_of_message_renders_to_harmonys_tokens(text: str) -> None:
     for message in _messages(text):
         for tools in (False, True):

@@ -168,8 +168,11 @@ def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions |
             short = _shortened(value)
             if short == value:  # a long run of short pre-tokens (minified JSON, say): harmony's as it is
                 return value
-            if originals.setdefault(short, value) != value:
+            if short in originals:
+                # Two of the message's strings, alike or not: should harmony rewrite one and not the other,
+                # the text would hold one copy of the shortened string, as it is, and the other's unseen.
                 raise LongRunError("in two of the message's strings that shorten alike")
+            originals[short] = value
             return short
         if isinstance(value, dict):
             return {key: shorten(item) for key, item in value.items()}
@@ -214,5 +217,14 @@ def render(encoding: HarmonyEncoding, message: Message, options: RenderOptions |
 def _shortened(text: str) -> str:
     """``text`` with each long pre-token cut to its first and last few characters: still one pre-token of its
     kind, with the same neighbours."""
-    pieces = _pre_tokens_of(text)
-    return "".join(piece if len(piece) < LONG_RUN else piece[:_KEPT] + piece[-_KEPT:] for piece in pieces)
+    return "".join(piece if len(piece) < LONG_RUN else _cut(piece) for piece in _pre_tokens_of(text))
+
+
+def _cut(piece: str) -> str:
+    # A line end harmony rewrites (it prints a tool namespace's description line by line: "\r\n" becomes
+    # "\n") must stay in what is cut, or the shortened string would come back as it is and the original be put
+    # back unrewritten. Only a line end can be inside a long pre-token and a CRLF there, where line ends go
+    # (punctuation's trailing "[\r\n/]*", whitespace's "\s*[\r\n]+"), so it stays one pre-token of its kind.
+    # One inside the middle or across either cut counts.
+    middle = "\r\n" if "\r\n" in piece[_KEPT - 1 : 1 - _KEPT] else ""
+    return piece[:_KEPT] + middle + piece[-_KEPT:]
