@@ -27,12 +27,13 @@ the readers taking turns burst by burst. A stream that got no text token at all 
 
 At the end it prints issue 30's goal ratios for one process, and whether this run met them all: first-token
 p50 ≤ 1.10× and p99 ≤ 1.5× the proxy's in every cell without a prefill, and flat out at 64 streams CPU per token
-≤ 1.15× and tokens/s ≥ 0.95× its.
+≤ 1.15× and tokens/s ≥ 0.95× its. What ``--workers 2`` makes with a core each is ``workers_bench.py``'s: here
+the fakes and the client take part of the cores the workers would need.
 
-``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy), ``SCALE_STREAMS=64,256`` the
-burst sizes, ``SCALE_PACES=0,10,10+300`` the runs (ms per token, 0: flat out; ``+MS`` a prefill),
-``SCALE_REPEATS`` and ``SCALE_FIRST_TOKENS`` the least bursts and first tokens per figure (5 and 960): for
-quicker comparisons of one change.
+``SCALE_ONLY=NAME`` runs only that one of our readers (with the bare proxy; ``;`` between names for more),
+``SCALE_STREAMS=64,256`` the burst sizes, ``SCALE_PACES=0,10,10+300`` the runs (ms per token, 0: flat out;
+``+MS`` a prefill), ``SCALE_REPEATS`` and ``SCALE_FIRST_TOKENS`` the least bursts and first tokens per figure
+(5 and 960): for quicker comparisons of one change.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def main() -> None:
                 **{
                     name: ("ours", "/v1/responses", ours(ports[name], args(engine_a, engine_b)))
                     for name, args in OURS.items()
-                    if not only or name == only
+                    if not only or name in only.split(";")
                 },
             }
             for name, (_, _, cmd) in readers.items():

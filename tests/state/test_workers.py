@@ -343,3 +343,68 @@ def test_a_foreground_stream_deleted_through_another_worker_ends_cancelled(
     finally:
         here.close()
         there.close()
+
+
+def test_a_worker_leaves_a_connection_to_one_with_fewer(tmp_path: Path) -> None:
+    """How ``--workers`` share connections (``SharedListener``), on one real listening socket: a worker takes a
+    waiting connection only while no other has fewer open, and after ``DEFER`` anyway (the other may be stuck);
+    a closed connection gives its place back; a worker not there (ABSENT) is not waited for."""
+    import multiprocessing
+    import socket
+
+    from harmony_responses.serve.workers import ABSENT, DEFER, SharedListener
+
+    loads = multiprocessing.get_context("spawn").RawArray("q", [ABSENT, ABSENT, ABSENT, 0])
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    first, second = (SharedListener(loads, slot, fileno=os.dup(listening.fileno())) for slot in (0, 1))
+    for listener in (first, second):
+        listener.setblocking(False)
+    assert list(loads)[:3] == [0, 0, ABSENT]  # the third worker is not there
+    clients: list[socket.socket] = []  # both ends of every connection
+
+    def waiting() -> None:
+        clients.append(socket.create_connection(("127.0.0.1", port)))
+
+    try:
+        waiting()
+        taken, _ = first.accept()  # neither has any: the first to ask takes it
+        clients.append(taken)
+        assert list(loads)[:3] == [1, 0, ABSENT]
+        waiting()
+        with pytest.raises(BlockingIOError):  # the second worker has fewer: left to it
+            first.accept()
+        mine, _ = second.accept()
+        clients.append(mine)
+        assert list(loads)[:3] == [1, 1, ABSENT]
+        mine.close()
+        mine.close()  # closed twice (asyncio may): counted once
+        assert list(loads)[:3] == [1, 0, ABSENT]
+        waiting()
+        deadline = time.monotonic() + DEFER
+        with pytest.raises(BlockingIOError):
+            first.accept()
+        # The second worker does not come for it: after DEFER the first takes it, and the next wait is new.
+        while True:
+            try:
+                extra, _ = first.accept()
+                clients.append(extra)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline + 5
+        assert time.monotonic() >= deadline
+        assert list(loads)[:3] == [2, 0, ABSENT]
+        waiting()
+        with pytest.raises(BlockingIOError):
+            first.accept()
+        # A worker gone (the parent marks it ABSENT) is not waited for.
+        loads[1] = ABSENT
+        more, _ = first.accept()
+        clients.append(more)
+        assert list(loads)[:3] == [3, ABSENT, ABSENT]
+        for connection in (taken, extra, more):
+            connection.close()
+        assert list(loads)[:3] == [0, ABSENT, ABSENT]
+    finally:
+        for sock in (*clients, first, second, listening):
+            sock.close()

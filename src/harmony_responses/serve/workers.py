@@ -54,6 +54,11 @@ logger = logging.getLogger("harmony_responses.serve")
 
 METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 BACKLOG = 2048
+# Sharing connections among workers (SharedListener): one accepted at a time, and one left for a worker with
+# fewer for at most DEFER seconds.
+ACCEPTS_PER_TURN = 1
+DEFER = 0.01
+ABSENT = -1
 # Restart backoff: the first restart after RESTART_DELAY seconds, doubling while the worker keeps dying, up
 # to MAX_RESTART_DELAY; a worker that ran for STABLE_AFTER seconds starts the count again.
 RESTART_DELAY = 0.5
@@ -117,6 +122,9 @@ class _Supervisor:
         self.out = out
         self.context = multiprocessing.get_context("spawn")
         self.workers = [_Worker(slot) for slot in range(config.workers)]
+        # Each worker's open connections, which it keeps (SharedListener), ABSENT while it is not there; and
+        # last, how many connections all have accepted.
+        self.loads = self.context.RawArray("q", [ABSENT] * config.workers + [0])
         self.signals: list[int] = []
 
     def run(self) -> int:
@@ -179,7 +187,7 @@ class _Supervisor:
         parent_end, child_end = self.context.Pipe()
         process = self.context.Process(
             target=worker_main,
-            args=(self.config, self.sock, child_end),
+            args=(self.config, self.sock, child_end, self.loads, worker.slot),
             name=f"harmony-responses-worker-{worker.slot}",
         )
         process.start()
@@ -226,6 +234,7 @@ class _Supervisor:
         assert worker.process is not None
         self._read_reports(worker)
         worker.process.join()
+        self.loads[worker.slot] = ABSENT  # its connections went with it; the others take new ones
         code = worker.process.exitcode or 0
         pid = worker.process.pid or 0
         worker.process.close()
@@ -285,7 +294,62 @@ class _Supervisor:
             self._wait(wake, 0.5)
 
 
-def worker_main(config: Config, sock: socket.socket, parent: Connection) -> None:
+class SharedListener(socket.socket):
+    """The parent's listening socket as one worker accepts on it: a connection at a time, and only while no
+    other worker has fewer open.
+
+    Every worker wakes when a connection waits, and whichever gets there first takes it. asyncio takes as many
+    as wait each time (uvicorn's backlog, 2048), and a worker that took one is soon back for the next: of 64
+    requests sent at once, one worker took 40 to all 64 (``ss``), and a burst lasted as long as that worker
+    took for its share. So each worker counts its open connections in ``loads`` (shared with the parent and
+    the other workers; ABSENT for one not there), and leaves a waiting connection to a worker with fewer,
+    for at most ``DEFER`` seconds while nothing changes there: one that is busy, or stuck, does not keep it
+    waiting longer. A worker left with more connections spins on the ready socket meanwhile (the event loop
+    calls ``accept`` again at once): microseconds where the other is free to take it, ``DEFER`` at worst.
+
+    asyncio takes the number it accepts each time from the ``backlog`` it also passes to ``listen``, which
+    would shrink the queue the parent made for all workers: here ``listen`` leaves the parent's."""
+
+    def __init__(self, loads: Any, slot: int, *, fileno: int) -> None:
+        super().__init__(fileno=fileno)
+        self.loads, self.slot = loads, slot
+        self._deferring: tuple[list[int], float] | None = None  # the loads it left a connection for, since
+        loads[slot] = 0
+
+    def listen(self, backlog: int = 0, /) -> None:
+        pass
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        loads = self.loads[:]  # with the count of all accepted last: any accept or close changes it
+        mine = loads[self.slot]
+        if any(0 <= load < mine for load in loads[:-1]):
+            now = time.monotonic()
+            if self._deferring is None or self._deferring[0] != loads:  # a new wait, not the same one
+                self._deferring = (loads, now)
+            if now - self._deferring[1] < DEFER:
+                raise BlockingIOError  # as when nothing waits: asyncio asks again next turn
+        self._deferring = None
+        fd, address = self._accept()  # type: ignore[attr-defined]
+        self.loads[self.slot] += 1  # only this process writes its slot while it is there
+        self.loads[-1] += 1  # the others' too: a lost count only makes a wait look the same as the last
+        return _CountedConnection(self, fd), address
+
+
+class _CountedConnection(socket.socket):
+    """An accepted connection that gives its place in its worker's count back when it is closed."""
+
+    def __init__(self, listener: SharedListener, fd: int) -> None:
+        super().__init__(listener.family, listener.type, listener.proto, fileno=fd)
+        self._listener: SharedListener | None = listener
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.loads[listener.slot] -= 1
+        super().close()
+
+
+def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: Any, slot: int) -> None:
     """A worker process: serve ``config`` on ``sock``; report ``ready`` (or why it cannot start) to the parent."""
     os.setpgrp()  # its own process group: a terminal's Ctrl-C goes to the parent, which forwards it once
     from .app import web_search_from_config
@@ -300,7 +364,15 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection) -> None
         description = describe_engines(engines)
         parent.send(("ready", description, web_search.describe() if web_search is not None else None))
 
-    code, error = run_server(config, engines, web_search, on_listening=on_listening, sockets=[sock], supervisor=parent)
+    code, error = run_server(
+        config,
+        engines,
+        web_search,
+        on_listening=on_listening,
+        sockets=[SharedListener(loads, slot, fileno=sock.detach())],
+        supervisor=parent,
+        accepts_per_turn=ACCEPTS_PER_TURN,
+    )
     if error is not None:
         with contextlib.suppress(OSError):
             parent.send(("error", code, error))
