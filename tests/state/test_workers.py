@@ -360,6 +360,9 @@ def test_a_worker_leaves_a_connection_to_one_with_fewer(tmp_path: Path) -> None:
     first, second = (SharedListener(loads, slot, fileno=os.dup(listening.fileno())) for slot in (0, 1))
     for listener in (first, second):
         listener.setblocking(False)
+    assert list(loads)[:3] == [ABSENT, ABSENT, ABSENT]  # none listens yet
+    first.show()
+    second.show()
     assert list(loads)[:3] == [0, 0, ABSENT]  # the third worker is not there
     clients: list[socket.socket] = []  # both ends of every connection
 

@@ -302,10 +302,11 @@ class SharedListener(socket.socket):
     as wait each time (uvicorn's backlog, 2048), and a worker that took one is soon back for the next: of 64
     requests sent at once, one worker took 40 to all 64 (``ss``), and a burst lasted as long as that worker
     took for its share. So each worker counts its open connections in ``loads`` (shared with the parent and
-    the other workers; ABSENT for one not there), and leaves a waiting connection to a worker with fewer,
-    for at most ``DEFER`` seconds while nothing changes there: one that is busy, or stuck, does not keep it
-    waiting longer. A worker left with more connections spins on the ready socket meanwhile (the event loop
-    calls ``accept`` again at once): microseconds where the other is free to take it, ``DEFER`` at worst.
+    the other workers; ABSENT for one not there or not listening yet), and leaves a waiting connection to a
+    worker with fewer, for at most ``DEFER`` seconds while nothing changes there: one that is busy, or stuck,
+    does not keep it waiting longer. A worker left with more connections spins on the ready socket meanwhile
+    (the event loop calls ``accept`` again at once): microseconds where the other is free to take it,
+    ``DEFER`` at worst.
 
     asyncio takes the number it accepts each time from the ``backlog`` it also passes to ``listen``, which
     would shrink the queue the parent made for all workers: here ``listen`` leaves the parent's."""
@@ -313,15 +314,27 @@ class SharedListener(socket.socket):
     def __init__(self, loads: Any, slot: int, *, fileno: int) -> None:
         super().__init__(fileno=fileno)
         self.loads, self.slot = loads, slot
+        self.open = 0  # connections accepted and not closed
+        self._shown = False
         self._deferring: tuple[list[int], float] | None = None  # the loads it left a connection for, since
-        loads[slot] = 0
+
+    def show(self) -> None:
+        """Show this worker's count to the others from now on: it listens. Before, they would leave
+        connections to a worker still starting (its engine check may take seconds)."""
+        self._shown = True
+        self.loads[self.slot] = self.open
+
+    def count(self, change: int) -> None:
+        self.open += change
+        if self._shown:
+            self.loads[self.slot] = self.open  # only this process writes its slot while it is there
 
     def listen(self, backlog: int = 0, /) -> None:
         pass
 
     def accept(self) -> tuple[socket.socket, Any]:
         loads = self.loads[:]  # with the count of all accepted last: any accept or close changes it
-        mine = loads[self.slot]
+        mine = self.open
         if any(0 <= load < mine for load in loads[:-1]):
             now = time.monotonic()
             if self._deferring is None or self._deferring[0] != loads:  # a new wait, not the same one
@@ -330,7 +343,7 @@ class SharedListener(socket.socket):
                 raise BlockingIOError  # as when nothing waits: asyncio asks again next turn
         self._deferring = None
         fd, address = self._accept()  # type: ignore[attr-defined]
-        self.loads[self.slot] += 1  # only this process writes its slot while it is there
+        self.count(1)
         self.loads[-1] += 1  # the others' too: a lost count only makes a wait look the same as the last
         return _CountedConnection(self, fd), address
 
@@ -345,7 +358,7 @@ class _CountedConnection(socket.socket):
     def close(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
-            listener.loads[listener.slot] -= 1
+            listener.count(-1)
         super().close()
 
 
@@ -360,7 +373,10 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: 
     engines = build_engines(config)  # the parent checked the configuration
     web_search = web_search_from_config(config)
 
+    listener = SharedListener(loads, slot, fileno=sock.detach())
+
     def on_listening(host: str, port: int) -> None:
+        listener.show()
         description = describe_engines(engines)
         parent.send(("ready", description, web_search.describe() if web_search is not None else None))
 
@@ -369,7 +385,7 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: 
         engines,
         web_search,
         on_listening=on_listening,
-        sockets=[SharedListener(loads, slot, fileno=sock.detach())],
+        sockets=[listener],
         supervisor=parent,
         accepts_per_turn=ACCEPTS_PER_TURN,
     )
