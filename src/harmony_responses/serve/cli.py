@@ -298,7 +298,6 @@ def run_server(
     on_listening: Callable[[str, int], None],
     sockets: list[socket.socket] | None = None,
     supervisor: Connection | None = None,
-    accepts_per_turn: int = 2048,
 ) -> tuple[int, str | None]:
     """Serve ``config`` in this process until a signal (or ``supervisor``'s end of a pipe closing) stops it.
 
@@ -306,8 +305,6 @@ def run_server(
         engines: model → engine (``engines.build_engines``).
         sockets: listening sockets to accept on (a worker's, bound by its parent); None binds ``config``'s.
         supervisor: a worker's pipe to its parent, which never writes to it: readable means the parent is gone.
-        accepts_per_turn: how many waiting connections the event loop accepts at most each time the socket is
-            ready (asyncio takes it from the backlog it passes to ``listen``: see ``workers.SharedListener``).
 
     Returns:
         The exit status and, when the server could not start, why (for the command line's last word).
@@ -330,7 +327,6 @@ def run_server(
             ws=ApiWebSocketProtocol,
             ws_max_size=config.max_body_bytes,
             timeout_graceful_shutdown=SHUTDOWN_BACKSTOP,  # after the grace (_Server.shutdown)
-            backlog=accepts_per_turn,
         ),
         on_listening,
         grace=config.shutdown_grace,

@@ -54,9 +54,8 @@ logger = logging.getLogger("harmony_responses.serve")
 
 METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 BACKLOG = 2048
-# Sharing connections among workers (SharedListener): one accepted at a time, and one left for a worker with
-# fewer for at most DEFER seconds.
-ACCEPTS_PER_TURN = 1
+# Sharing connections among workers (SharedListener): one left for a worker with fewer for at most DEFER
+# seconds.
 DEFER = 0.01
 ABSENT = -1
 # Restart backoff: the first restart after RESTART_DELAY seconds, doubling while the worker keeps dying, up
@@ -295,21 +294,17 @@ class _Supervisor:
 
 
 class SharedListener(socket.socket):
-    """The parent's listening socket as one worker accepts on it: a connection at a time, and only while no
-    other worker has fewer open.
+    """The parent's listening socket as one worker accepts on it: only while no other worker has fewer open.
 
-    Every worker wakes when a connection waits, and whichever gets there first takes it. asyncio takes as many
-    as wait each time (uvicorn's backlog, 2048), and a worker that took one is soon back for the next: of 64
-    requests sent at once, one worker took 40 to all 64 (``ss``), and a burst lasted as long as that worker
-    took for its share. So each worker counts its open connections in ``loads`` (shared with the parent and
-    the other workers; ABSENT for one not there or not listening yet), and leaves a waiting connection to a
-    worker with fewer, for at most ``DEFER`` seconds while nothing changes there: one that is busy, or stuck,
-    does not keep it waiting longer. A worker left with more connections spins on the ready socket meanwhile
-    (the event loop calls ``accept`` again at once): microseconds where the other is free to take it,
-    ``DEFER`` at worst.
-
-    asyncio takes the number it accepts each time from the ``backlog`` it also passes to ``listen``, which
-    would shrink the queue the parent made for all workers: here ``listen`` leaves the parent's."""
+    Every worker wakes when a connection waits, and whichever gets there first takes it: asyncio accepts as
+    many as wait each time it is woken (uvicorn's backlog, 2048). Of 64 requests sent at once, one worker took
+    40 to all 64 (``ss``; one accept a turn alone did no better), and a burst lasted as long as that worker took
+    for its share. So each worker counts its open connections in ``loads`` (shared with the parent and the
+    other workers; ABSENT for one not there or not listening yet), and leaves a waiting connection to a worker
+    with fewer (``accept`` says none waits: asyncio stops accepting for this turn), for at most ``DEFER``
+    seconds while nothing changes there: one that is busy, or stuck, does not keep it waiting longer. A worker
+    left with more connections spins on the ready socket meanwhile (the event loop calls ``accept`` again at
+    once): microseconds where the other is free to take it, ``DEFER`` at worst."""
 
     def __init__(self, loads: Any, slot: int, *, fileno: int) -> None:
         super().__init__(fileno=fileno)
@@ -328,9 +323,6 @@ class SharedListener(socket.socket):
         self.open += change
         if self._shown:
             self.loads[self.slot] = self.open  # only this process writes its slot while it is there
-
-    def listen(self, backlog: int = 0, /) -> None:
-        pass
 
     def accept(self) -> tuple[socket.socket, Any]:
         loads = self.loads[:]  # with the count of all accepted last: any accept or close changes it
@@ -387,7 +379,6 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: 
         on_listening=on_listening,
         sockets=[listener],
         supervisor=parent,
-        accepts_per_turn=ACCEPTS_PER_TURN,
     )
     if error is not None:
         with contextlib.suppress(OSError):
