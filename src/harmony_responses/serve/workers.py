@@ -5,7 +5,8 @@ builds it from a ``Config`` (``create_app``) and runs it on its own ``_Server`` 
 protocols. Here each worker is a ``multiprocessing`` *spawn* child (a fresh interpreter: no event loop,
 thread or open store inherited) handed the parent's listening socket and the ``Config`` through a pipe (not
 the command line: the configuration may hold API keys); it builds its own engine, store connection and app,
-and runs ``cli.run_server`` on the socket. The kernel hands each new connection to one of them.
+and runs ``cli.run_server`` on the socket. Each new connection goes to a worker with the fewest open
+(``SharedListener``).
 
 What the workers share is the store: each registers as a process there, so a background response produced
 by one is retrieved, resumed (its event log), cancelled (a flag its producer polls) and deleted through any
