@@ -1,7 +1,8 @@
 """``serve --workers N``: real worker processes on one port, sharing one store (SQLite and PostgreSQL).
 
-Which worker serves a connection is the kernel's choice, so the tests open a new connection per request
-and tell the workers apart by what they produce: each response belongs to the worker process that runs it
+Which worker serves a connection is not the client's to choose (one with the fewest open, the first to get
+there among equals), so the tests open a new connection per request and tell the workers apart by what they
+produce: each response belongs to the worker process that runs it
 (the store's ``processes`` row, its pid). With two responses produced by different workers, every request
 about them is served by a process that does not produce at least one of them.
 """
