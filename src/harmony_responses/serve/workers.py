@@ -303,7 +303,7 @@ class SharedListener(socket.socket):
     for its share. So each worker counts its open connections in ``loads`` (shared with the parent and the
     other workers; ABSENT for one not there or not listening yet), and leaves a waiting connection to a worker
     with fewer (``accept`` says none waits: asyncio stops accepting for this turn), for at most ``DEFER``
-    seconds while nothing changes there: one that is busy, or stuck, does not keep it waiting longer. A worker
+    seconds while no worker accepts: one that is busy, or stuck, does not keep it waiting longer. A worker
     left with more connections spins on the ready socket meanwhile (the event loop calls ``accept`` again at
     once): microseconds where the other is free to take it, ``DEFER`` at worst."""
 
@@ -312,7 +312,8 @@ class SharedListener(socket.socket):
         self.loads, self.slot = loads, slot
         self.open = 0  # connections accepted and not closed
         self._shown = False
-        self._deferring: tuple[list[int], float] | None = None  # the loads it left a connection for, since
+        # Since when it has left connections to others, and how many all had accepted then.
+        self._deferring: tuple[int, float] | None = None
 
     def show(self) -> None:
         """Show this worker's count to the others from now on: it listens. Before, they would leave
@@ -326,18 +327,20 @@ class SharedListener(socket.socket):
             self.loads[self.slot] = self.open  # only this process writes its slot while it is there
 
     def accept(self) -> tuple[socket.socket, Any]:
-        loads = self.loads[:]  # with the count of all accepted last: any accept or close changes it
+        loads = self.loads[:]  # the workers' counts, and last how many all have accepted
         mine = self.open
         if any(0 <= load < mine for load in loads[:-1]):
             now = time.monotonic()
-            if self._deferring is None or self._deferring[0] != loads:  # a new wait, not the same one
-                self._deferring = (loads, now)
+            # A new wait once some worker accepted meanwhile (the one it waited for may be gone). Not when
+            # one closed: closes go on while a stuck worker takes nothing, and would hold the wait open.
+            if self._deferring is None or self._deferring[0] != loads[-1]:
+                self._deferring = (loads[-1], now)
             if now - self._deferring[1] < DEFER:
                 raise BlockingIOError  # as when nothing waits: asyncio asks again next turn
         self._deferring = None
         fd, address = self._accept()  # type: ignore[attr-defined]
         self.count(1)
-        self.loads[-1] += 1  # the others' too: a lost count only makes a wait look the same as the last
+        self.loads[-1] += 1  # all workers write it: a lost count only makes a wait look the same as the last
         return _CountedConnection(self, fd), address
 
 
