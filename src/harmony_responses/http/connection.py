@@ -23,6 +23,7 @@ with it (``_HeadWithBody``).
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,11 @@ class ApiHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         cycle = self.cycle
         super().connection_lost(exc)
+        if sys.version_info < (3, 12) and hasattr(self.transport, "_read_ready_cb"):
+            # Before 3.12 asyncio's socket transport keeps its read callback, a method of its own, once closed
+            # (CPython gh-100348, fixed in 3.12 by the same clearing): every connection's transport, socket and
+            # buffers would wait for the garbage collector instead of going with the connection.
+            self.transport._read_ready_cb = None
         if cycle is not None and cycle.disconnected:  # the response was not complete
             gone = getattr(cycle, _GONE, None)
             if gone is not None:

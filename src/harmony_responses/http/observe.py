@@ -137,6 +137,10 @@ class Observe:
         else:
             context.__exit__(None, None, None)
         finally:
+            # The scope belongs to the connection's request cycle, and these close over the cycle's send: left
+            # there, they would make the cycle a reference cycle, freed only by the garbage collector.
+            scope.pop(BODY_SEND, None)
+            scope.pop(BODY_WRITE, None)
             self._count(scope, answer, arrived)
 
     @staticmethod

@@ -443,7 +443,7 @@ class Start:
         self._on_end: Callable[[], None] | None = None
         # START_LIMIT from arrival until the request asks for the lane (a body that trickles in must not
         # count as starting for long), none while it waits there, then START_LIMIT from when it is let in.
-        self._timer = loop.call_later(START_LIMIT, self.end)
+        self._timer: asyncio.TimerHandle | None = loop.call_later(START_LIMIT, self.end)
 
     async def enter_lane(self, rank: int = _DEFAULT_RANK) -> None:
         """Wait for the start lane to let this request in (the module docstring), by ``rank`` (``tier_rank``)
@@ -451,7 +451,8 @@ class Start:
         what it does there)."""
         if self._let_in:
             return
-        self._timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         await self.traffic.lane.enter(rank)
         self._let_in = time.monotonic()
         self._in_lane = True
@@ -474,9 +475,14 @@ class Start:
 
     def end(self) -> None:
         self.leave_lane()
+        if self._timer is not None:
+            # Dropped, not only cancelled: a timer set once the request's context holds this Start (the lane's)
+            # keeps that context, and a Start holding its timer would be a reference cycle, freed only by the
+            # garbage collector, with everything the request's context reaches.
+            self._timer.cancel()
+            self._timer = None
         if self.active:
             self.active = False
-            self._timer.cancel()
             _STARTING.dec()
             self.traffic._started()
             callback, self._on_end = self._on_end, None
