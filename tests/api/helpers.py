@@ -52,6 +52,11 @@ class Live:
     root: str  # http://127.0.0.1:PORT
     clients: list[OpenAI | AsyncOpenAI] = field(default_factory=list)
 
+    @property
+    def port(self) -> int:
+        """The port it listens on, for raw-socket clients."""
+        return int(self.root.rsplit(":", 1)[1])
+
     def stop(self) -> None:
         for client in self.clients:
             # Unclosed clients leave sockets for the GC to find: a ResourceWarning, an error under pytest.

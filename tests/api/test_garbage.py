@@ -52,7 +52,7 @@ def _request(port: int, body: bytes) -> bytes:
         f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
-    with socket.create_connection(("127.0.0.1", port)) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(head + body)
         received = b""
         while data := sock.recv(1 << 16):
@@ -64,7 +64,7 @@ def _request(port: int, body: bytes) -> bytes:
 @pytest.mark.parametrize("store", [True, False], ids=["stored", "not stored"])
 def test_a_finished_request_leaves_nothing_for_the_garbage_collector(serve: Serve, stream: bool, store: bool) -> None:
     live = serve([ANSWER] * 4, http=api_http_protocol())
-    port = int(live.root.rsplit(":", 1)[1])
+    port = live.port
     body = (
         f'{{"model": "{MODEL}", "input": "Say hi.", "stream": {str(stream).lower()}, "store": {str(store).lower()}}}'
     ).encode()

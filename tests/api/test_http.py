@@ -265,7 +265,7 @@ def test_disconnect_cancels_a_non_streaming_request(serve: Serve, http: Any, siz
     body = json.dumps({"model": MODEL, "input": "Hi there. " * (size // 10)}).encode()
     head = "POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     head += f"Content-Length: {len(body)}\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", int(live.root.rsplit(":", 1)[1])), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", live.port), timeout=10) as sock:
         sock.sendall(head.encode() + body)
         assert started.wait(10)
     # Gone while the engine generates, before the response's first byte.

@@ -94,17 +94,13 @@ async def _burst(port: int, n: int) -> list[bytes]:
     return await asyncio.gather(*tasks)
 
 
-def _port(live: Any) -> int:
-    return int(live.root.rsplit(":", 1)[1])
-
-
 def test_a_burst_streams_its_first_answers_while_later_requests_start() -> None:
     engine = Prefilling(delay=0.003)
     app = create_app(Config(models=(MODEL,), current_date="2025-06-01"), engine=engine.engine)
     clock = DeltaClock(app)
     live = start_live(app, clock)
     try:
-        results = asyncio.run(_burst(_port(live), BURST))
+        results = asyncio.run(_burst(live.port, BURST))
     finally:
         live.stop()
     assert len(engine.called) == BURST
@@ -132,7 +128,7 @@ def test_a_burst_reads_each_body_in_the_lane_after_the_request_before_it_called_
     engine = Prefilling(delay=0.003)
     live = start_live(create_app(Config(models=(MODEL,), current_date="2025-06-01"), engine=engine.engine))
     try:
-        results = asyncio.run(_burst(_port(live), BURST))
+        results = asyncio.run(_burst(live.port, BURST))
     finally:
         live.stop()
     assert all(b'"delta":"Hi"' in received for received in results)
@@ -341,7 +337,7 @@ def _stream_through(engine: MockEngine) -> tuple[list[tuple[float, bytes]], byte
     writes = BodyWrites(app)
     live = start_live(app, writes)
     try:
-        (received,) = asyncio.run(_burst(_port(live), 1))
+        (received,) = asyncio.run(_burst(live.port, 1))
     finally:
         live.stop()
     return writes.writes, received
