@@ -203,6 +203,10 @@ class Engine(abc.ABC):
     # Prompt plus output tokens the engine accepts, as it reported at start-up (vLLM and SGLang
     # ``max_model_len``, llama.cpp ``n_ctx``); None when it does not say. Set by ``start``.
     context_window: int | None = None
+    # Its stream may hand chunks to the consumer where they are read, past any generator between them
+    # (engine/_reading.py, ``Reading.direct``): only where nothing between must see every chunk. A wrapper
+    # that looks at the chunks it relays (a recording) keeps False.
+    direct_reads = False
 
     @abc.abstractmethod
     def generate(self, request: GenerateRequest) -> EngineStream:

@@ -74,7 +74,7 @@ from ._base import (
 from ._lines import TOO_LONG, Lines
 from ._lines import excerpt as _excerpt
 from ._options import EngineOptions
-from ._reading import attach
+from ._reading import attach, current_reading
 from ._stream_client import Answer, StreamClient
 
 __all__ = [
@@ -495,6 +495,7 @@ class HTTPEngine(Engine):
 
     default_url = "http://127.0.0.1:8000"
     path = "/v1/completions"
+    direct_reads = True  # the stream loop below lets a waiting consumer take a read where it is read
     # Its streams are completions lines (its reader's ``common_lines``): start-up says how they are read.
     completion_lines = False
 
@@ -748,21 +749,57 @@ class HTTPEngine(Engine):
                         lines = Lines(reader, label, _lines.COMPILED)
                         read_lines = lines.read
                         transport_of = response.transport_now
+                        reading = current_reading()
+                        # Chunks the consumer left where they were read (engine/_reading.py), for this loop to yield
+                        # in order, and a bad line met there.
+                        left: list[TokenChunk] = []
+                        bad: list[Exception] = []
+
+                        def direct() -> bool:
+                            """A read, taken in the connection's data callback while this loop waits."""
+                            sink = reading.direct if reading is not None else None
+                            if sink is None:
+                                return False  # the loop reads it
+                            try:
+                                read_lines(take())
+                            except Exception as exc:
+                                bad.append(exc)
+                            for chunk in reader.take():
+                                if left:
+                                    left.append(chunk)
+                                    continue
+                                try:
+                                    taken = sink(chunk)
+                                except Exception as exc:  # a bug: the response fails in-band, the chunk not lost
+                                    bad.append(exc)
+                                    taken = False
+                                if not taken:
+                                    left.append(chunk)
+                            watchdog.reading = loop_time()
+                            return not left and not bad
+
                         while True:
                             watchdog.reading = loop_time()
-                            while (wait := waiter()) is not None:
+                            if yielded and reading is not None and reading.direct is not None:
+                                response.direct = direct
+                            while not left and not bad and (wait := waiter()) is not None:
                                 await wait
-                            data = take()
+                            response.direct = None
                             watchdog.reading = None
-                            if not data and not lines.tail:
-                                break  # the end of the body
-                            try:
-                                read_lines(data)  # b"": the body's last line, without its newline
-                            except Exception as exc:
-                                failure: Exception | None = exc  # what came before the bad line goes on first
+                            if left or bad:
+                                chunks, left[:] = list(left), []
+                                failure: Exception | None = bad.pop() if bad else None
                             else:
-                                failure = None
-                            chunks = reader.take()
+                                data = take()
+                                if not data and not lines.tail:
+                                    break  # the end of the body
+                                try:
+                                    read_lines(data)  # b"": the body's last line, without its newline
+                                except Exception as exc:
+                                    failure = exc  # what came before the bad line goes on first
+                                else:
+                                    failure = None
+                                chunks = reader.take()
                             if chunks:
                                 if not yielded:
                                     watchdog.got_first()

@@ -137,6 +137,11 @@ class ReplicaSet(Engine):
     def engines(self) -> list[Engine]:
         return [r.engine for r in self.replicas]
 
+    @property
+    def direct_reads(self) -> bool:  # type: ignore[override]
+        # What this relay looks at is the streams' ends, never taken where they are read.
+        return all(r.engine.direct_reads for r in self.replicas)
+
     def in_service(self) -> list[Engine]:
         return [r.engine for r in self.replicas if r.up]
 

@@ -219,7 +219,18 @@ class _Stale(Exception):
 class Answer:
     """One request's answer: ``status``, then its body by ``readany()``; ``close()`` at the end."""
 
-    __slots__ = ("_buffered", "_chunks", "_connection", "_error", "_head", "_loop", "_paused", "_waiter", "status")
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_connection",
+        "_error",
+        "_head",
+        "_loop",
+        "_paused",
+        "_waiter",
+        "direct",
+        "status",
+    )
 
     def __init__(self, connection: _Connection, loop: asyncio.AbstractEventLoop) -> None:
         self._connection: _Connection | None = connection  # None once the answer is complete or closed
@@ -234,6 +245,9 @@ class Answer:
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self.status = 0
+        # Set while the stream loop waits for a read it lets the connection's callback take (engine/_reading.py):
+        # called at each read instead of waking the loop; True when it took everything that came.
+        self.direct: Callable[[], bool] | None = None
 
     def transport_now(self) -> asyncio.Transport | None:
         """The transport the rest of the answer comes on; None once it is complete (the connection pooled)."""
@@ -292,6 +306,9 @@ class Answer:
             if connection is not None and connection.transport is not None and connection.transport.is_reading():
                 connection.transport.pause_reading()
                 self._paused = True
+        direct = self.direct
+        if direct is not None and direct():
+            return
         self._wake()
 
     def _headers_done(self, status: int) -> None:

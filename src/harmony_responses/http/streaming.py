@@ -148,6 +148,29 @@ class _Handoff:
         return bodies
 
 
+class _DirectOut:
+    """A producer's events from a chunk taken where the engine read it (engine/_reading.py, run/loop.py):
+    written past the writer, which waits with nothing queued, or queued for it when the socket cannot take
+    them now (paused by the client's flow control, or the first delta not written yet)."""
+
+    __slots__ = ("_handoff", "_turns", "_wrote")
+
+    def __init__(self, handoff: _Handoff, turns: Turns, wrote: Callable[[bytes], bool]) -> None:
+        self._handoff = handoff
+        self._turns = turns
+        self._wrote = wrote
+
+    def ready(self) -> bool:
+        # A backlog at the writer keeps the order through it; a producer that would be held leaves the chunk
+        # to its stream loop, where the hold happens.
+        return self._handoff.taker_waiting and self._turns.unheld()
+
+    def emit(self, events: list[dict[str, Any]]) -> None:
+        body = encode_events(events)
+        if not self._wrote(body):
+            self._handoff.put_now(body)
+
+
 async def _shielded(close: Coroutine[Any, Any, None]) -> None:
     """Run ``close`` to its end even if this task is cancelled meanwhile (then still cancelled after).
 
@@ -359,6 +382,7 @@ class RunResponse:
         turns = Turns()  # an engine that never waits must not keep the loop from the writer (run/turns.py)
         start = current_start()
         held: list[bytes] = []
+        direct = self._direct_out(handoff, turns)
 
         def release() -> None:  # the start ended with no delta yet
             if held:
@@ -415,16 +439,28 @@ class RunResponse:
                     if opening:  # the first delta handed on: holdable (run/turns.py)
                         handed = True
                         turns.handed_first_delta()
+                        if direct is not None:
+                            self.run.direct_out = direct  # type: ignore[union-attr]  # (a ResponseRun's)
                     if turns.due():
                         await turns.take_turn()
         except Exception:
             # A bug after the stream started: the status is sent, so all we can do is end the body.
             logger.exception("response stream failed after it started")
         finally:
+            if direct is not None:
+                self.run.direct_out = None  # type: ignore[union-attr]
             if start is not None and held:
                 start.when_ended(None)
                 release()
             handoff.close()
+
+    def _direct_out(self, handoff: _Handoff, turns: Turns) -> _DirectOut | None:
+        """Where the events of a chunk taken where the engine read it go (``ResponseRun.direct_out``), given
+        to the run once its first delta is handed on; None where the batches are not the run's own events (a
+        stored response's come from its log) or the writes go through another server than ours."""
+        if not isinstance(self.run, ResponseRun) or self._body_write is None:
+            return None
+        return _DirectOut(handoff, turns, self._wrote)
 
     async def _write_directly(self, handoff: _Handoff, send: Send, body: bytes, last: bool) -> bool:
         """Send ``body`` from the producer, with the end of the body if it is the ``last``; False if the client

@@ -60,13 +60,13 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from openai_harmony import Author, Message, Role
 
 from .. import text_tokens, tracing
-from ..engine import Engine, EngineError, EngineStream, GenerateRequest, reading_here
+from ..engine import Engine, EngineError, EngineStream, GenerateRequest, current_reading, reading_here
 from ..errors import APIError
 from ..metrics import QUEUE_DEPTH, TOOL_CALL_DURATION, TOOL_CALLS, RunMetrics, engine_label, failure_reason
 from ..request.schema import instance_problem
@@ -103,6 +103,18 @@ SETTLE_SECONDS = 5.0
 
 # What ``_pump`` goes on with when the translator holds tokens it has not processed yet.
 _BUFFERED = object()
+
+
+class DirectOut(Protocol):
+    """Where ``ResponseRun`` sends the events of a chunk taken where the engine read it (http/streaming.py)."""
+
+    def ready(self) -> bool:
+        """Whether events can go out now, in order, with nothing held (else the stream loop takes the chunk)."""
+        ...
+
+    def emit(self, events: list[Event]) -> None:
+        """Send ``events`` (to the socket, or to the writer when the socket cannot take them now)."""
+        ...
 
 
 class _Empty:
@@ -188,6 +200,9 @@ class ResponseRun:
         self.span: Any = None
         self._call_span: Any = None
         self._call_sent = 0.0
+        # Where the events of a chunk taken where the engine read it go (engine/_reading.py): set by the HTTP
+        # layer once the response streams steadily (http/streaming.py), None otherwise.
+        self.direct_out: DirectOut | None = None
 
     @property
     def request_id(self) -> str | None:
@@ -354,12 +369,41 @@ class ResponseRun:
             yield self._finish(events)
         await self.aclose()
 
+    def _take_read(self, chunk: TokenChunk) -> bool:
+        """``chunk``, taken where the engine read it while ``_pump`` waits for it (engine/_reading.py): True once
+        its events are out, False, nothing done, unless it is what ``_pump`` would make of it with nothing else
+        to do (plain text streaming on, within the budget, no trace, no shutdown) and the events can go out now.
+        The same calls as ``_pump``'s, so the same events."""
+        out = self.direct_out
+        ids = chunk.token_ids
+        limit = self._request.max_tokens
+        if (
+            out is None
+            or chunk.logprobs is not None
+            or self.trace is not None
+            or self._shutting_down
+            or (limit is not None and len(self._generated) + len(ids) > limit)
+            or not self.translator.takes_text(ids)
+            or not out.ready()
+        ):
+            return False
+        self._generated.extend(ids)
+        self.metrics.tokens(len(ids))
+        t = self.translator
+        t.receive_tokens(ids)
+        events = t.events()
+        if events:
+            out.emit(self._finish(events))
+        return True
+
     async def _pump(self, item: TokenChunk | EngineEnd | _Empty | object) -> AsyncIterator[list[Event]]:
         """One engine call through the translator, until it ends or makes a built-in tool call."""
         t = self.translator
         start = current_start()
         # A traced run's events of this chunk's tokens (Recorder.feed): set by each chunk that is read with them.
         traced: list[Event] = []
+        # While it waits for the next chunk, a read may be taken where it comes in (engine/_reading.py).
+        reading = current_reading() if self._engine.direct_reads else None
         while True:
             if item is _BUFFERED:
                 pass  # tokens of an earlier chunk the translator still holds (below)
@@ -443,7 +487,14 @@ class ResponseRun:
                 return
             assert self._stream is not None
             try:
-                item = await anext(self._stream)
+                if reading is not None and self.direct_out is not None:
+                    reading.direct = self._take_read
+                    try:
+                        item = await anext(self._stream)
+                    finally:
+                        reading.direct = None
+                else:
+                    item = await anext(self._stream)
             except StopAsyncIteration:  # the stream ended with no EngineEnd: the engine broke its contract
                 t.receive_end("error", "the engine stream ended without saying how")
                 return

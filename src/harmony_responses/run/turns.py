@@ -579,6 +579,12 @@ class Turns:
         let a flat-out stream translate all of its tokens first, a millisecond of the loop per big read."""
         self._handed = True
 
+    def unheld(self) -> bool:
+        """Whether a batch that came after a wait for the engine would go on now, not held (``due``'s rule for
+        it): a read taken where it is read (engine/_reading.py) must not run ahead of a hold."""
+        traffic = self._traffic
+        return not (traffic.lane.queued and traffic.holding())
+
     async def done(self) -> None:
         if self.due():
             await self.take_turn()

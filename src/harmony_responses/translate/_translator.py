@@ -231,6 +231,19 @@ class Translator:
         for token, lp in zip(token_ids, logprobs, strict=True):
             append((token, lp, True) if lp is not None else token)
 
+    def takes_text(self, token_ids: Sequence[int]) -> bool:
+        """Whether ``token_ids`` (no logprobs) would only add text to the item streaming now, deltas and nothing
+        else, the state the same after them: plain text tokens inside content whose text streams as it comes,
+        nothing buffered before them. A server may then translate them outside its stream loop (run/loop.py)."""
+        return (
+            self.state is _CONTENT
+            and not self._pending
+            and self._pending_end is None
+            and self._item is not None
+            and self._item.fast is not None
+            and max(token_ids, default=FIRST_SPECIAL) < FIRST_SPECIAL
+        )
+
     def _check_receive(self) -> None:
         """Refuse tokens where they cannot come; a response failed on bad output drops them (see _step)."""
         if self._queued:
