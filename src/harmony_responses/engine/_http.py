@@ -758,23 +758,21 @@ class HTTPEngine(Engine):
                         def direct() -> bool:
                             """A read, taken in the connection's data callback while this loop waits."""
                             sink = reading.direct if reading is not None else None
-                            if sink is None:
-                                return False  # the loop reads it
+                            if sink is None or left or bad:
+                                return False  # the loop reads it (after what it has been left, in order)
                             try:
                                 read_lines(take())
                             except Exception as exc:
                                 bad.append(exc)
                             for chunk in reader.take():
-                                if left:
+                                if left or bad:  # after one left or a bad line: in order, through the loop
                                     left.append(chunk)
                                     continue
                                 try:
-                                    taken = sink(chunk)
-                                except Exception as exc:  # a bug: the response fails in-band, the chunk not lost
+                                    if not sink(chunk):
+                                        left.append(chunk)
+                                except Exception as exc:  # a bug: the stream fails in-band, as if it raised here
                                     bad.append(exc)
-                                    taken = False
-                                if not taken:
-                                    left.append(chunk)
                             watchdog.reading = loop_time()
                             return not left and not bad
 
@@ -854,6 +852,7 @@ class HTTPEngine(Engine):
             # Closing the connection early is what tells most engines to stop (a response read to its
             # end has already gone back to the pool: closing it then does nothing).
             if response is not None:
+                response.direct = None  # (cancelled while waiting: the callback and the answer hold each other)
                 response.close()
             if may_run and not finished:
                 # Shielded and bounded: this runs when the client went away (a cancelled scope).
