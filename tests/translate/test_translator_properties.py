@@ -371,3 +371,38 @@ def test_malformed_streams(script: Script, sizes: list[int]) -> None:
     if terminal["type"] == "response.failed" and script.finish != "error":
         # Only the model can have failed this response: the message names what it wrote.
         assert terminal["response"]["error"]["message"].startswith("model output is not valid Harmony: ")
+
+
+# ------------------------------------------------------------------------------------- text a server may take early
+
+
+def _promises_kept(script: Script, sizes: list[int]) -> int:
+    """Feed the script's first engine call ``sizes`` tokens at a time; wherever ``takes_text`` said yes for a chunk,
+    check that it made deltas only and left the item and the state as they were. Returns how often it said yes."""
+    translator = make_translator(ALL_TOOLS, summaries=script.summaries)
+    translator.events()
+    ids, chunks, position, promised = script.calls[0], itertools.cycle(sizes), 0, 0
+    while position < len(ids):
+        chunk = ids[position : position + next(chunks)]
+        position += len(chunk)
+        before = (translator.state, translator._item)
+        takes = translator.takes_text(chunk)
+        translator.receive_tokens(chunk)
+        events = translator.events()
+        if takes:
+            promised += 1
+            assert all(e["type"].endswith(".delta") for e in events), [e["type"] for e in events]
+            assert (translator.state, translator._item) == before
+    return promised
+
+
+@SETTINGS
+@given(st.one_of(valid_scripts().map(lambda g: g[0]), malformed_scripts), chunk_sizes)
+def test_text_a_server_may_take_early_makes_deltas_only(script: Script, sizes: list[int]) -> None:
+    # run/loop.py translates a chunk in the engine's read callback only where takes_text says this holds.
+    _promises_kept(script, sizes)
+
+
+def test_takes_text_says_yes_inside_an_answer() -> None:
+    script = Script((tuple(tokens("<|channel|>final<|message|>Hello there, a longer answer.<|return|>")),), "stop", ())
+    assert _promises_kept(script, [2]) >= 3
