@@ -7,14 +7,17 @@ checks that it was taken when on.
 
 from __future__ import annotations
 
+import gc
 import socket
 import time
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
 from harmony_responses.engine import HTTPEngine
+from harmony_responses.engine._stream_client import Answer
 from harmony_responses.http.connection import api_http_protocol
 from harmony_responses.run import ResponseRun
 
@@ -176,3 +179,43 @@ def _dechunked(raw: bytes) -> bytes:
         body += rest[:size]
         rest = rest[size + 2 :]
     return bytes(body)
+
+
+def test_streams_taken_directly_leave_no_answer_behind_ended_or_cut(taken: list[int]) -> None:
+    # A client gone mid-stream cancels the stream loop while the connection's callback may take its reads: the
+    # answer holds the callback, which holds the answer, unless the loop lets go; nothing may be left in a cycle.
+    answer = "<|channel|>final<|message|>" + "word " * 200 + "<|return|>"
+    fake = VLLMFake(Scenario(tokens=harmony(answer), delay=0.003))
+    with stack("vllm", fake, http=api_http_protocol()) as s:
+        body = {"model": MODEL, "input": "Hi", "stream": True, "store": False}
+        url = f"{s.base_url}/responses"
+        assert httpx.post(url, json=body, timeout=30).status_code == 200  # one-time work is not a request's
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(2):
+                assert b"response.completed" in httpx.post(url, json=body, timeout=30).content
+            for cut in range(2):
+                with httpx.stream("POST", url, json=body, timeout=30) as response:
+                    deltas = 0
+                    for line in response.iter_lines():
+                        deltas += line == "event: response.output_text.delta"
+                        if deltas == 20:
+                            break
+                deadline = time.monotonic() + 10
+                while len(fake.disconnects) <= cut and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert len(fake.disconnects) == cut + 1
+            assert taken[0] > 100
+            time.sleep(0.2)  # the server's side of the cut streams winds down (the fake saw them go already)
+            # Answers a cancelled timer's context still reaches (asyncio keeps it until the timer's time) are alive:
+            # none may hold its stream's callback. Any other is gone, or in a cycle, which the collector finds.
+            alive = [o for o in gc.get_objects() if type(o) is Answer]
+            assert [a for a in alive if a.direct is not None] == []
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage to be looked at
+            gc.collect()
+            assert [o for o in gc.garbage if type(o) is Answer] == []
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
