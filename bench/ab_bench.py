@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, report_stderr, spawn, wait_healthy
+from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, spawn, stop, wait_healthy
 from scale_bench import MODEL, burst, tree_cpu
 
 ROOT = HERE.parent
@@ -135,11 +135,7 @@ def main() -> None:
                     f"{tokens / walls[name]:>9,.0f} {missing:>8}"
                 )
         finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                proc.wait(timeout=30)
-            report_stderr(procs)
+            stop(procs)
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
 

@@ -110,12 +110,11 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    from engine_bench import HERE, INPUT, completion, direct_body, free_port, report_stderr, spawn, wait_healthy
+    from engine_bench import HERE, INPUT, completion, direct_body, free_port, spawn, stop, wait_healthy
+    from harmony_responses.run import turns
     from scale_bench import MODEL, burst, ours
 
     for name in ("Start", "current_start"):
-        from harmony_responses.run import turns
-
         if not hasattr(turns, name):
             sys.exit(f"burst_timeline: run/turns.py has no {name} any more; update this bench's hooks")
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,11 +172,7 @@ def main() -> None:
                 print(f"    ours, that read to delta    {spread([n['first_delta'] - n['read'] for n in delivered])}")
             print(f"first-token p99 ÷ the proxy's, median of {ROUNDS} bursts: {statistics.median(ratios):.2f}")
         finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                proc.wait(timeout=30)
-            report_stderr(procs)
+            stop(procs)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,15 @@ def stderr_of(proc: subprocess.Popen[bytes]) -> str:
     return log.read().decode(errors="replace")[-2000:]
 
 
+def stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Terminate ``procs``, all at once, wait for each, and say which wrote to stderr (``report_stderr``)."""
+    for proc in procs.values():
+        proc.terminate()
+    for proc in procs.values():
+        proc.wait(timeout=30)
+    report_stderr(procs)
+
+
 def report_stderr(procs: dict[str, subprocess.Popen[bytes]]) -> None:
     """Say which of ``procs`` wrote to stderr during the run (an error there may explain its figures)."""
     for name, proc in procs.items():

@@ -46,7 +46,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, report_stderr, spawn, wait_healthy
+from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, spawn, stop, wait_healthy
 
 MODEL = "gpt-oss-20b"
 STREAMS = tuple(int(s) for s in os.environ.get("SCALE_STREAMS", "64,256").split(","))
@@ -222,11 +222,7 @@ def main() -> None:
                             f"{b50:>11.1f} {b99:>8.1f} {began_ratio:>14} {missing:>8}"
                         )
             finally:
-                for proc in procs.values():
-                    proc.terminate()
-                for proc in procs.values():
-                    proc.wait(timeout=30)
-                report_stderr(procs)
+                stop(procs)
         print_goals(cells)
 
 

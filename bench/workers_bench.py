@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import HERE, completion, free_port, report_stderr, spawn, wait_healthy
+from engine_bench import HERE, completion, free_port, spawn, stop, wait_healthy
 from scale_bench import MODEL, burst, ours, tree_cpu
 
 SHARE = float(os.environ.get("WORKERS_SHARE", "0.15"))
@@ -151,12 +151,8 @@ def main() -> None:
             ratio = (tokens["2 workers"] / wall["2 workers"]) / (tokens["1 process"] / wall["1 process"])
             print(f"--workers 2 ÷ one process, a (small) core each: {ratio:.2f}× tokens/s (goal ≥ {GOAL})")
         finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                proc.wait(timeout=30)
+            stop(procs)
             held.remove()  # once its processes are gone
-            report_stderr(procs)
 
 
 if __name__ == "__main__":
