@@ -64,6 +64,22 @@ def per_tool_stack(kind: str, fake: Fake, **config: Any) -> contextlib.AbstractC
     return stack(kind, fake, **config)
 
 
+def dechunked(raw: bytes) -> bytes:
+    """The body of a chunked HTTP/1.1 response, its framing checked."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    body = bytearray()
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert rest == b"\r\n", "bytes after the last chunk"
+            return bytes(body)
+        body += rest[:size]
+        assert rest[size : size + 2] == b"\r\n", "a chunk not ended by CRLF"
+        rest = rest[size + 2 :]
+
+
 def sse_events(raw: bytes) -> list[dict[str, Any]]:
     events = []
     for block in raw.decode().split("\n\n"):

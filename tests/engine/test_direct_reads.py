@@ -22,7 +22,7 @@ from harmony_responses.http.connection import api_http_protocol
 from harmony_responses.run import ResponseRun
 
 from .fakes import FAKES, Fake, Scenario, VLLMFake, harmony
-from .helpers import MODEL, sse_events, stack, without_ids
+from .helpers import MODEL, dechunked, sse_events, stack, without_ids
 
 ENGINES = list(FAKES)
 # Reasoning, then an answer with characters cut across tokens (an emoji, CJK): the decoder holds bytes between
@@ -162,23 +162,10 @@ def test_a_client_that_stops_reading_gets_every_event_in_order_once_it_reads(tak
             raw += data
         client.close()
     assert taken[0] > 0
-    head, _, chunked = bytes(raw).partition(b"\r\n\r\n")
-    events = sse_events(_dechunked(chunked))
+    events = sse_events(dechunked(bytes(raw)))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["type"] == "response.completed"
     assert _text(events) == "word " * 3_000
-
-
-def _dechunked(raw: bytes) -> bytes:
-    body, rest = bytearray(), raw
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            break
-        body += rest[:size]
-        rest = rest[size + 2 :]
-    return bytes(body)
 
 
 def test_streams_taken_directly_leave_no_answer_behind_ended_or_cut(taken: list[int]) -> None:

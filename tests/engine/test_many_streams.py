@@ -16,7 +16,7 @@ from harmony_responses.http.connection import api_http_protocol
 from harmony_responses.tokens import TokenChunk
 
 from .fakes import Scenario, VLLMFake, harmony, run_fake
-from .helpers import MODEL, sse_events, stack
+from .helpers import MODEL, dechunked, sse_events, stack
 
 WORDS = 150
 ANSWER = "<|channel|>final<|message|>" + "word " * WORDS + "<|return|>"
@@ -88,22 +88,6 @@ def _unit_stalls(counter: dict[str, int], key: str, settle: float = 0.4, timeout
 PROTOCOLS = pytest.mark.parametrize("http", [api_http_protocol(), "auto"], ids=["ours", "uvicorn's"])
 
 
-def _dechunked(raw: bytes) -> bytes:
-    """The body of a chunked HTTP/1.1 response, its framing checked."""
-    head, _, rest = raw.partition(b"\r\n\r\n")
-    assert b"transfer-encoding: chunked" in head.lower()
-    body = bytearray()
-    while True:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            assert rest == b"\r\n", "bytes after the last chunk"
-            return bytes(body)
-        body += rest[:size]
-        assert rest[size : size + 2] == b"\r\n", "a chunk not ended by CRLF"
-        rest = rest[size + 2 :]
-
-
 @PROTOCOLS
 def test_a_slow_reader_slows_only_its_own_stream(http: object) -> None:
     big = harmony(BIG)
@@ -159,7 +143,7 @@ def test_a_slow_reader_slows_only_its_own_stream(http: object) -> None:
             assert b"event: response.completed" in raw
             assert engine.pulled[key] == len(big)
             # Every event whole and in order, however the writes went: the client reads the whole answer.
-            events = sse_events(_dechunked(bytes(raw)))
+            events = sse_events(dechunked(bytes(raw)))
             assert [e["sequence_number"] for e in events] == list(range(len(events)))
             deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
             assert deltas == "token " * 20_000

@@ -20,7 +20,7 @@ from ._llamacpp import LlamaCppEngine
 from ._mock import MockEngine
 from ._options import EngineOptions
 from ._play import fake_logprobs
-from ._reading import DirectSink, Reading, current_reading, reading_here
+from ._reading import Reading, current_reading, reading_here
 from ._record import RecordingEngine
 from ._replay import ReplayEngine, ScriptedCall, load_script
 from ._replicas import ReplicaSet
@@ -31,7 +31,6 @@ from ._vllm import VLLMEngine
 
 __all__ = [
     "ENGINE_SPECS",
-    "DirectSink",
     "HARMONY_STOP_TOKEN_IDS",
     "EchoEngine",
     "Engine",
