@@ -257,6 +257,7 @@ def test_streams_held_through_the_lane_stay_held_until_its_last_requests_have_st
     monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
     monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 4 * 0.3)
     monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 15 of them, 0.45 s
+    monkeypatch.setattr(_turns, "LANE_GROUP", 0)  # one by one, so that the lane drains for that long
     old_writes, let_in, first_deltas = _burst_through_lane(15)
     # From before the last request was let in (the lane drained as it was) to its first delta: none.
     before_last, last_first = let_in[-2], max(first_deltas)
@@ -268,11 +269,13 @@ def test_a_burst_draining_through_the_lane_is_not_overload(monkeypatch: pytest.M
     """A burst's requests starting one group after another, none arriving behind them, keep the flowing stream
     held while they wait in the lane, however long past OVERLOAD_SPAN that takes (up to DRAIN_SPAN): a free
     spell in the middle put the flowing streams' work before the burst's last first tokens (p99 of a burst of
-    256, bench/ab_bench.py). The queue is let in in groups of LANE_GROUP of it at least."""
+    256, bench/ab_bench.py)."""
     monkeypatch.setattr(_turns, "START_LIMIT", 0.3)
     monkeypatch.setattr(_turns, "OVERLOAD_SPAN", 0.6)
     monkeypatch.setattr(_turns, "DRAIN_SPAN", 30.0)
     monkeypatch.setattr(_turns, "LANE_LIMIT", 0.03)  # each start keeps the lane this long: 48 of them, ~1.2 s
+    # Groups of a sixteenth of the queue (one by one below 32 waiting): a drain longer than a span, in groups.
+    monkeypatch.setattr(_turns, "LANE_GROUP", 1 / 16)
     burst = 48
     old_writes, let_in, first_deltas = _burst_through_lane(burst)
     assert let_in[-1] - let_in[0] > _turns.OVERLOAD_SPAN  # the drain outlasted a span of the overload rule

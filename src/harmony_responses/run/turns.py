@@ -39,13 +39,14 @@ median request waits for the whole burst's start work before its first token. So
 request waits in the *start lane* (``enter_lane``; before the middleware when the body came with the head,
 ``http/first_tokens.py``), in arrival order, and leaves it when its engine call is
 sent or it is about to wait for something else (``leave_lane``: the store, a thread, an MCP server), when it
-ends, or after ``LANE_LIMIT`` at most. The lane lets the next request in a loop turn after the last one
+ends, or after ``LANE_LIMIT`` at most. The lane lets the next requests in a loop turn after the last one
 left: the engines' answers to the starts already sent are read in between and their first tokens go out,
-so first tokens come one start apart instead of all after the last start (the median of a burst of 64
-about halves; the last ones of a large burst come later, behind the first ones' streams). When the loop's
+so first tokens come group by group instead of all after the last start (one by one, the median of a burst
+of 64 about halved, but the last ones of a large burst came later, behind the first ones' streams). When the loop's
 other work between two lets-in is many starts' worth (``LANE_SHARE``: streams that are not held, a free
-spell of the overload rule), it lets in several at once, and a long queue goes in groups (``LANE_GROUP``
-of it at least: each let-in costs a loop turn). While requests wait there, Python's cyclic
+spell of the overload rule), it lets in several at once, and a queue goes in by halves (``LANE_GROUP`` of
+it at least: a burst of 256 in eight let-ins and a few more, its first half in one as through a proxy, its last
+requests one by one). While requests wait there, Python's cyclic
 garbage collector is held off (``GC_DEFER_LIMIT`` at most): a burst's new requests are tens of thousands of
 young objects, and one young collection in the middle of it took 30-50 ms, each start behind it waiting;
 it runs once the lane is clear instead.
@@ -98,12 +99,12 @@ WAITED = 0.0005
 START_LIMIT = 0.05
 # The longest a request keeps its place in the start lane; the most it lets in at once; how many starts'
 # worth of other work between two lets it in before it lets in more than one; a start's work before any
-# was measured.
+# was measured; the least part of its queue it lets in at once.
 LANE_LIMIT = 0.005
-LANE_MOST = 64
+LANE_MOST = 256
 LANE_SHARE = 8
 LANE_FIRST_COST = 0.0003
-LANE_GROUP = 1 / 16
+LANE_GROUP = 1 / 2
 # The queue_depth gauges this module keeps (metrics.QUEUE_DEPTH): one update per request, and per hold.
 _STARTING = QUEUE_DEPTH.labels("starting")
 _HELD = QUEUE_DEPTH.labels("held")
@@ -406,10 +407,12 @@ class _Lane:
             # that cannot be held, or a free spell of the overload rule), more start together.
             other = now - self._let_in_at - self._work
             most = int(other / (LANE_SHARE * self._cost))
-        # A long queue goes in groups, LANE_GROUP of it at a time at least: each let-in is a loop turn of its
-        # own, and 256 of them one by one (a burst of 256) put their overhead on the last requests' first
-        # tokens (with DRAIN_SPAN, p99 of bursts of 256 422 -> 380 ms paced and 539 -> 349 flat out, the
-        # medians no worse: docs/reference/benchmarks.md, "The start lane in groups"). LANE_MOST at most.
+        # A queue goes in by halves, LANE_GROUP of it at a time at least: each let-in is a loop turn of its own,
+        # and between two the first tokens of those let in before are read and written, all before the last
+        # requests' starts. Groups of a sixteenth (down from one by one) took a burst of 256's p99 from 422 to
+        # 380 ms paced; halves, against sixteenths, from 1.42-1.63x the bare proxy's to 1.10-1.14x paced, and
+        # 1.30 -> 1.20x flat out, the medians no worse (docs/reference/benchmarks.md, "The start lane by
+        # halves"). LANE_MOST at most.
         most = max(1, min(LANE_MOST, max(most, int(len(queue) * LANE_GROUP))))
         self._let_in_at = now
         self._work = 0.0
