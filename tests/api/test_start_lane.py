@@ -206,6 +206,53 @@ def test_a_long_queue_goes_in_groups_of_at_most_lane_most(monkeypatch: pytest.Mo
     assert max(asyncio.run(main())) == 3
 
 
+def _let_ins(*bursts: int) -> list[list[int]]:
+    """How many requests each let-in of a burst's drain let into the lane, for bursts one after another in one
+    event loop (a burst's requests all arriving in one loop turn, each start a loop turn long)."""
+
+    async def main() -> list[list[int]]:
+        return [await drain(burst) for burst in bursts]
+
+    async def drain(burst: int) -> list[int]:
+        turn, turns_let_in = 0, []
+
+        async def ticker() -> None:
+            nonlocal turn
+            while True:
+                turn += 1
+                await asyncio.sleep(0)
+
+        async def request() -> None:
+            with turns.starting():
+                await turns.enter_lane()
+                turns_let_in.append(turn)  # those let in together resume in the same turn
+                await asyncio.sleep(0)
+                turns.leave_lane()
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(burst))), timeout=30)
+        ticking.cancel()
+        return [turns_let_in.count(t) for t in sorted(set(turns_let_in))]
+
+    return asyncio.run(main())
+
+
+def test_a_long_queue_drains_by_halves_a_short_one_by_small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue of LANE_LONG or more goes in by halves until it is empty: a burst of 256's last requests wait
+    for a few let-ins, not for one each (each a loop turn in which the first tokens of those before go out,
+    all before theirs: the burst's first-token p99). A shorter queue goes in by LANE_GROUP of it, so that the
+    first tokens of a burst of 64 come group by group (its median)."""
+    # Not the rule that lets more in when the loop had other work between two let-ins (a loaded machine's
+    # pause would count as that).
+    monkeypatch.setattr(turns, "LANE_SHARE", 1e9)
+    long, short = _let_ins(256, 64)
+    # The first straight in (the lane empty), then halves of the rest down to the last one.
+    assert long == [1, 127, 64, 32, 16, 8, 4, 2, 1, 1]
+    # The next burst, shorter, by small groups again.
+    assert sum(short) == 64 and max(short) == int(63 * turns.LANE_GROUP) == 3
+    assert len(short) >= 40
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_requests_in_a_quiet_loop_start_at_once(n: int) -> None:
     """Requests that arrive one loop turn or more apart are let in straight away."""

@@ -44,9 +44,9 @@ left: the engines' answers to the starts already sent are read in between and th
 so first tokens come group by group instead of all after the last start (one by one, the median of a burst
 of 64 about halved, but the last ones of a large burst came later, behind the first ones' streams). When the loop's
 other work between two lets-in is many starts' worth (``LANE_SHARE``: streams that are not held, a free
-spell of the overload rule), it lets in several at once, and a queue goes in by halves (``LANE_GROUP`` of
-it at least: a burst of 256 in eight let-ins and a few more, its first half in one as through a proxy, its last
-requests one by one). While requests wait there, Python's cyclic
+spell of the overload rule), it lets in several at once; a queue goes in by groups (``LANE_GROUP`` of it at
+least: each let-in costs a loop turn), and a long one (``LANE_LONG``) by halves until it is empty: a burst of
+256 in nine let-ins, its first half in one as through a proxy. While requests wait there, Python's cyclic
 garbage collector is held off (``GC_DEFER_LIMIT`` at most): a burst's new requests are tens of thousands of
 young objects, and one young collection in the middle of it took 30-50 ms, each start behind it waiting;
 it runs once the lane is clear instead.
@@ -99,12 +99,15 @@ WAITED = 0.0005
 START_LIMIT = 0.05
 # The longest a request keeps its place in the start lane; the most it lets in at once; how many starts'
 # worth of other work between two lets it in before it lets in more than one; a start's work before any
-# was measured; the least part of its queue it lets in at once.
+# was measured; the least part of its queue it lets in at once; from how many waiting a queue is long, and
+# the least part of a long queue it lets in at once until it is empty.
 LANE_LIMIT = 0.005
 LANE_MOST = 256
 LANE_SHARE = 8
 LANE_FIRST_COST = 0.0003
-LANE_GROUP = 1 / 2
+LANE_GROUP = 1 / 16
+LANE_LONG = 96
+LANE_LONG_GROUP = 1 / 2
 # The queue_depth gauges this module keeps (metrics.QUEUE_DEPTH): one update per request, and per hold.
 _STARTING = QUEUE_DEPTH.labels("starting")
 _HELD = QUEUE_DEPTH.labels("held")
@@ -335,7 +338,7 @@ _COLLECTIONS = _Collections()
 class _Lane:
     """One event loop's start lane (the module docstring)."""
 
-    __slots__ = ("_cost", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
+    __slots__ = ("_cost", "_group", "_inside", "_let_in_at", "_loop", "_queue", "_reopening", "_work")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -347,6 +350,7 @@ class _Lane:
         self._let_in_at: float | None = None  # when the last ones were let in, while requests queue
         self._work = 0.0  # the start work measured since then
         self._cost = LANE_FIRST_COST  # one start's work, a moving average
+        self._group = LANE_GROUP  # LANE_LONG_GROUP once the queue was long, until it is empty
 
     @property
     def queued(self) -> bool:
@@ -359,6 +363,7 @@ class _Lane:
         return len(self._queue)
 
     def _emptied(self) -> None:
+        self._group = LANE_GROUP
         _COLLECTIONS.release()
 
     async def enter(self, rank: int = _DEFAULT_RANK) -> None:
@@ -407,13 +412,17 @@ class _Lane:
             # that cannot be held, or a free spell of the overload rule), more start together.
             other = now - self._let_in_at - self._work
             most = int(other / (LANE_SHARE * self._cost))
-        # A queue goes in by halves, LANE_GROUP of it at a time at least: each let-in is a loop turn of its own,
-        # and between two the first tokens of those let in before are read and written, all before the last
-        # requests' starts. Groups of a sixteenth (down from one by one) took a burst of 256's p99 from 422 to
-        # 380 ms paced; halves, against sixteenths, from 1.42-1.63x the bare proxy's to 1.10-1.14x paced, and
-        # 1.30 -> 1.20x flat out, the medians no worse (docs/reference/benchmarks.md, "The start lane by
-        # halves"). LANE_MOST at most.
-        most = max(1, min(LANE_MOST, max(most, int(len(queue) * LANE_GROUP))))
+        # A queue goes in by groups, LANE_GROUP of it at a time at least, and a long one (LANE_LONG waiting at
+        # once) by halves until it is empty: each let-in is a loop turn of its own, and between two the first
+        # tokens of those let in before are read and written, all before the last requests' starts. Groups of
+        # a sixteenth (down from one by one) took a burst of 256's p99 from 422 to 380 ms paced; halves, from
+        # 1.48-1.63x the bare proxy's to 1.04-1.14x, but a burst of 64 by halves had its median over 1.10x in
+        # four runs in five, and `--workers 2` (32 a worker) fell from about 1.8x one process to 1.4-1.6x
+        # (docs/reference/benchmarks.md, "The start lane by halves"). LANE_MOST at most.
+        waiting = len(queue)
+        if waiting >= LANE_LONG:
+            self._group = LANE_LONG_GROUP
+        most = max(1, min(LANE_MOST, max(most, int(waiting * self._group))))
         self._let_in_at = now
         self._work = 0.0
         while queue and most:
