@@ -46,7 +46,7 @@ of 64 about halved, but the last ones of a large burst came later, behind the fi
 other work between two lets-in is many starts' worth (``LANE_SHARE``: streams that are not held, a free
 spell of the overload rule), it lets in several at once; a queue goes in by groups (``LANE_GROUP`` of it at
 least: each let-in costs a loop turn), and a long one (``LANE_LONG``) by halves until it is empty: a burst of
-256 in nine let-ins, its first half in one as through a proxy. While requests wait there, Python's cyclic
+256 in ten let-ins, its first half in one as through a proxy. While requests wait there, Python's cyclic
 garbage collector is held off (``GC_DEFER_LIMIT`` at most): a burst's new requests are tens of thousands of
 young objects, and one young collection in the middle of it took 30-50 ms, each start behind it waiting;
 it runs once the lane is clear instead.
