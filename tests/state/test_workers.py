@@ -346,78 +346,170 @@ def test_a_foreground_stream_deleted_through_another_worker_ends_cancelled(
         there.close()
 
 
-def test_a_worker_leaves_a_connection_to_one_with_fewer() -> None:
-    """How ``--workers`` share connections (``SharedListener``), on one real listening socket: a worker takes a
-    waiting connection only while no other has fewer open, and anyway once ``DEFER`` has passed with no accept
-    anywhere (the other may be stuck); a closed connection gives its place back; a worker not there (ABSENT)
-    or not listening yet is not waited for."""
+def test_a_worker_hands_a_connection_to_one_with_fewer() -> None:
+    """How ``--workers`` share connections (``SharedListener``, ``Sharing``), on one real listening socket: the
+    worker that accepts a connection keeps it while no other has fewer open (or on their way to it), and hands it
+    to the one with fewer otherwise, which serves it; a closed connection gives its place back; a worker not
+    listening gets none; what waits for a worker that exited is handed on (or closed when none listens); a full
+    inbox keeps the connection where it was accepted."""
     import multiprocessing
     import select
     import socket
 
-    from harmony_responses.serve.workers import ABSENT, DEFER, SharedListener
+    from harmony_responses.serve.workers import ABSENT, SharedListener, Sharing
 
-    loads = multiprocessing.get_context("spawn").RawArray("q", [ABSENT, ABSENT, ABSENT, 0])
+    sharing = Sharing(multiprocessing.get_context("spawn"), 3)
     listening = socket.create_server(("127.0.0.1", 0))
     port = listening.getsockname()[1]
-    first, second = (SharedListener(loads, slot, fileno=os.dup(listening.fileno())) for slot in (0, 1))
+    first, second = (SharedListener(sharing, slot, fileno=os.dup(listening.fileno())) for slot in (0, 1))
     for listener in (first, second):
         listener.setblocking(False)
-    assert list(loads)[:3] == [ABSENT, ABSENT, ABSENT]  # none listens yet
-    first.show()
-    second.show()
-    assert list(loads)[:3] == [0, 0, ABSENT]  # the third worker is not there
-    clients: list[socket.socket] = []  # both ends of every connection
+    clients: list[socket.socket] = []
 
-    def waiting() -> None:
-        clients.append(socket.create_connection(("127.0.0.1", port)))
+    def waiting() -> socket.socket:
+        client = socket.create_connection(("127.0.0.1", port))
+        clients.append(client)
         # In the accept queue (on a loaded machine the kernel may queue it after connect returns).
         assert select.select([listening], [], [], 30)[0]
+        return client
+
+    def greeted(client: socket.socket, by: bytes) -> None:
+        """``client`` was served by the worker that greets with ``by``."""
+        client.settimeout(30)
+        assert client.recv(16) == by
+
+    transports: list[Any] = []
+
+    class Greet(asyncio.Protocol):
+        def __init__(self, by: bytes) -> None:
+            self.by = by
+
+        def connection_made(self, transport: Any) -> None:
+            transport.write(self.by)
+            transports.append(transport)
+
+    async def serve_handed(listener: SharedListener, by: bytes, client: socket.socket) -> None:
+        stop = listener.take_handed(asyncio.get_running_loop(), lambda: Greet(by))
+        await asyncio.get_running_loop().run_in_executor(None, greeted, client, by)
+        stop()  # and the listener is hidden from the others
+        transports.pop().close()
 
     try:
+        assert list(sharing.loads) == [ABSENT] * 3  # none listens yet
+        first.show()
+        second.show()
+        assert list(sharing.loads) == [0, 0, ABSENT]  # the third worker is not there
         waiting()
-        taken, _ = first.accept()  # neither has any: the first to ask takes it
-        clients.append(taken)
-        assert list(loads)[:3] == [1, 0, ABSENT]
-        waiting()
-        with pytest.raises(BlockingIOError):  # the second worker has fewer: left to it
+        kept, _ = first.accept()  # neither has any: the one accepting keeps it
+        clients.append(kept)
+        assert list(sharing.loads) == [1, 0, ABSENT]
+        handed = waiting()
+        with pytest.raises(BlockingIOError):  # the second worker has fewer: handed to it; none waits now
             first.accept()
-        mine, _ = second.accept()
-        clients.append(mine)
-        assert list(loads)[:3] == [1, 1, ABSENT]
-        mine.close()
-        mine.close()  # closed twice (asyncio may): counted once
-        assert list(loads)[:3] == [1, 0, ABSENT]
-        waiting()
-        deadline = time.monotonic() + DEFER
+        assert list(sharing.loads) == [1, 0, ABSENT] and sharing.counts()[1] == [0, 1, 0]
+        # On its way to the second, it counts as the second's: the first keeps the next one.
+        clients.append(waiting())
+        clients.append(first.accept()[0])
+        assert list(sharing.loads) == [2, 0, ABSENT]
+        asyncio.run(serve_handed(second, b"second", handed))  # the second serves it
+        assert list(sharing.loads) == [2, ABSENT, ABSENT] and sharing.counts()[1] == [0, 0, 0]
+        # Hidden (shutting down), the second gets none: the first keeps what it accepts.
+        clients.append(waiting())
+        third, _ = first.accept()
+        third.close()
+        third.close()  # closed twice (asyncio may): counted once
+        assert list(sharing.loads) == [2, ABSENT, ABSENT]
+        # A worker that exited with a connection waiting for it: the parent hands it on to one that listens.
+        second.show()
+        orphan = waiting()
         with pytest.raises(BlockingIOError):
             first.accept()
-        # The second worker does not come for it: after DEFER the first takes it (connections closing meanwhile
-        # at a third worker do not hold it longer), and the next wait is new.
-        tries = 0
-        while True:
-            loads[2] = 5 - tries % 2
-            tries += 1
-            try:
-                extra, _ = first.accept()
-                clients.append(extra)
-                break
-            except BlockingIOError:
-                assert time.monotonic() < deadline + 5
-        assert time.monotonic() >= deadline
-        loads[2] = ABSENT
-        assert list(loads)[:3] == [2, 0, ABSENT]
-        waiting()
+        sharing.loads[1] = ABSENT  # as the parent marks a worker that exited
+        assert sharing.rehome(1) == 1
+        assert sharing.counts()[1] == [1, 0, 0]
+        asyncio.run(serve_handed(first, b"first", orphan))
+        # With none listening, what waited is closed: the client is not left waiting.
+        sharing.loads[1] = 0
+        doomed = waiting()
         with pytest.raises(BlockingIOError):
             first.accept()
-        # A worker gone (the parent marks it ABSENT) is not waited for.
-        loads[1] = ABSENT
-        more, _ = first.accept()
-        clients.append(more)
-        assert list(loads)[:3] == [3, ABSENT, ABSENT]
-        for connection in (taken, extra, more):
-            connection.close()
-        assert list(loads)[:3] == [0, ABSENT, ABSENT]
+        sharing.loads[1] = ABSENT
+        assert sharing.rehome(1) == 1
+        doomed.settimeout(30)
+        assert doomed.recv(16) == b""
+        # A full inbox: the worker that accepted keeps the connection.
+        first.show()  # (hidden when it stopped serving its inbox above)
+        sharing.loads[2] = 0  # a third worker, with fewer than the first, whose inbox is full
+        with pytest.raises(BlockingIOError):
+            while True:
+                sharing.inboxes[2][1].send(b"x" * 1024, socket.MSG_DONTWAIT)
+        before = sharing.loads[0]
+        clients.append(waiting())
+        clients.append(first.accept()[0])
+        assert sharing.loads[0] == before + 1 and sharing.counts()[1] == [0, 0, 0]
     finally:
         for sock in (*clients, first, second, listening):
             sock.close()
+        sharing.close()
+
+
+def test_a_stopped_worker_gets_its_share_of_a_burst_later_and_no_more(started: list[Workers], tmp_path: Path) -> None:
+    """A worker that stops turning its loop (SIGSTOP here; a long synchronous step would do the same) still
+    gets its share of a burst, which waits for it, but no new connection once it has left those waiting
+    ``STUCK_AFTER``: they go to the other worker. When it goes on, it serves what waited; nothing is lost."""
+    from harmony_responses.serve.workers import STUCK_AFTER
+
+    words = 100
+    paced = {"harmony": "<|channel|>final<|message|>" + "word " * words + "<|return|>", "delay_ms": 25}
+    server = Workers("--workers", "2", "--engine", write_script(tmp_path / "paced.jsonl", [paced]))
+    started.append(server)
+    stopped = min(worker_pids(server.process.pid))
+    # A stream is `paced`: once one has this many deltas, STUCK_AFTER has passed since the burst began.
+    later = int(STUCK_AFTER * 1000 / paced["delay_ms"]) + 4
+
+    class Stream(threading.Thread):
+        def __init__(self) -> None:
+            super().__init__(daemon=True)
+            self.began, self.later = threading.Event(), threading.Event()
+            self.body = b""
+
+        def run(self) -> None:
+            body = {"model": MODEL, "input": "Hi", "stream": True, "store": False}
+            with (
+                httpx.Client(base_url=server.base_url, timeout=120) as client,
+                client.stream("POST", "/v1/responses", json=body) as reply,
+            ):
+                for chunk in reply.iter_bytes():
+                    self.body += chunk
+                    self.began.set()
+                    if self.body.count(b"event: response.output_text.delta") >= later:
+                        self.later.set()
+
+    def wait_for(events: list[threading.Event]) -> None:
+        for event in events:
+            assert event.wait(60)
+
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        burst = [Stream() for _ in range(8)]
+        for stream in burst:
+            stream.start()
+        # The other worker's share streams; the stopped worker's share waits for it (a connection each).
+        first = next(iter(s for s in burst if s.began.wait(60)))
+        wait_for([first.later])
+        waiting = [s for s in burst if not s.began.is_set()]
+        flowing = [s for s in burst if s.began.is_set()]
+        assert 1 <= len(waiting) <= 4, (len(waiting), len(flowing))
+        # New connections now all go to the worker that turns its loop.
+        after = [Stream() for _ in range(4)]
+        for stream in after:
+            stream.start()
+        wait_for([s.began for s in after])
+        assert not any(s.began.is_set() for s in waiting)
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    for stream in burst + after:
+        stream.join(120)
+        events = sse_events(stream.body)
+        assert events[-1]["type"] == "response.completed"
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "word " * words

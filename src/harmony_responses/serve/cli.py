@@ -46,6 +46,9 @@ GC_THRESHOLD = 100_000
 SHUTDOWN_BACKSTOP = 5.0
 # Seconds between looks, during the shutdown grace, at whether a response is still under way.
 GRACE_POLL = 0.1
+# A worker's intake of connections handed to it (workers.SharedListener.take_handed): started with the loop and
+# a protocol factory, it returns what stops it.
+TakeHanded = Callable[[asyncio.AbstractEventLoop, Callable[[], asyncio.Protocol]], Callable[[], None]]
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -183,9 +186,12 @@ class _Server(uvicorn.Server):
         *,
         grace: float,
         app_server: Any,
+        take_handed: TakeHanded | None = None,
         supervisor: Connection | None = None,
     ) -> None:
         super().__init__(config)
+        self._take_handed = take_handed
+        self._stop_handed: Callable[[], None] | None = None
         self._on_listening = on_listening
         self._grace = grace
         self._app_server = app_server
@@ -203,6 +209,8 @@ class _Server(uvicorn.Server):
                 break
             # A connection's response has no event for its end: uvicorn's own shutdown polls them so too.
             await asyncio.sleep(GRACE_POLL)
+        if self._stop_handed is not None:
+            self._stop_handed()  # as the listening sockets close, just below
         await super().shutdown(sockets)
 
     def _end_running(self) -> None:
@@ -227,13 +235,22 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             _tune_gc()
+            loop = asyncio.get_running_loop()
             if self._supervisor is not None:
-                asyncio.get_running_loop().add_reader(self._supervisor.fileno(), self._supervisor_gone)
+                loop.add_reader(self._supervisor.fileno(), self._supervisor_gone)
+            if self._take_handed is not None:
+                self._stop_handed = self._take_handed(loop, self._new_protocol)
             for server in self.servers:
                 for sock in server.sockets:
                     host, port = sock.getsockname()[:2]
                     self._on_listening(host, port)
                     return
+
+    def _new_protocol(self) -> asyncio.Protocol:
+        """A connection's protocol, as uvicorn makes one for each connection its listening sockets accept."""
+        return self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
 
     def _supervisor_gone(self) -> None:
         # A worker whose parent died (SIGKILL: no signal was forwarded) shuts down as on SIGTERM rather than
@@ -301,6 +318,7 @@ def run_server(
     *,
     on_listening: Callable[[str, int], None],
     sockets: list[socket.socket] | None = None,
+    take_handed: TakeHanded | None = None,
     supervisor: Connection | None = None,
 ) -> tuple[int, str | None]:
     """Serve ``config`` in this process until a signal (or ``supervisor``'s end of a pipe closing) stops it.
@@ -308,6 +326,9 @@ def run_server(
     Args:
         engines: model → engine (``engines.build_engines``).
         sockets: listening sockets to accept on (a worker's, bound by its parent); None binds ``config``'s.
+        take_handed: a worker's intake of the connections other workers accepted for it
+            (``workers.SharedListener.take_handed``): called with the loop and a protocol factory once the
+            server listens, it returns what stops the intake, called as the listening sockets close.
         supervisor: a worker's pipe to its parent, which never writes to it: readable means the parent is gone.
 
     Returns:
@@ -335,6 +356,7 @@ def run_server(
         on_listening,
         grace=config.shutdown_grace,
         app_server=app.state.server,
+        take_handed=take_handed,
         supervisor=supervisor,
     )
     quiet = _QuietFailedStart(app.state.server)

@@ -32,6 +32,8 @@ pipe closes and the worker shuts down as on SIGTERM.
 
 from __future__ import annotations
 
+import array
+import asyncio
 import contextlib
 import logging
 import multiprocessing
@@ -42,6 +44,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -55,10 +58,9 @@ logger = logging.getLogger("harmony_responses.serve")
 
 METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 BACKLOG = 2048
-# Sharing connections among workers (SharedListener): one left for a worker with fewer for at most DEFER
-# seconds.
-DEFER = 0.01
 ABSENT = -1
+# Seconds a worker may leave connections handed to it untaken before the others hand it no more for a while.
+STUCK_AFTER = 0.25
 # Restart backoff: the first restart after RESTART_DELAY seconds, doubling while the worker keeps dying, up
 # to MAX_RESTART_DELAY; a worker that ran for STABLE_AFTER seconds starts the count again.
 RESTART_DELAY = 0.5
@@ -107,7 +109,11 @@ def run_workers(config: Config, *, out: TextIO) -> int:
         created_metrics_dir = tempfile.mkdtemp(prefix="harmony-responses-metrics-")
         os.environ[METRICS_DIR_VARIABLE] = created_metrics_dir
     try:
-        return _Supervisor(config, sock, out).run()
+        supervisor = _Supervisor(config, sock, out)
+        try:
+            return supervisor.run()
+        finally:
+            supervisor.sharing.close()
     finally:
         sock.close()
         if created_metrics_dir is not None:
@@ -122,9 +128,7 @@ class _Supervisor:
         self.out = out
         self.context = multiprocessing.get_context("spawn")
         self.workers = [_Worker(slot) for slot in range(config.workers)]
-        # Each worker's open connections, which it keeps (SharedListener), ABSENT while it is not there; and
-        # last, how many connections all have accepted.
-        self.loads = self.context.RawArray("q", [ABSENT] * config.workers + [0])
+        self.sharing = Sharing(self.context, config.workers)
         self.signals: list[int] = []
 
     def run(self) -> int:
@@ -187,7 +191,7 @@ class _Supervisor:
         parent_end, child_end = self.context.Pipe()
         process = self.context.Process(
             target=worker_main,
-            args=(self.config, self.sock, child_end, self.loads, worker.slot),
+            args=(self.config, self.sock, child_end, self.sharing, worker.slot),
             name=f"harmony-responses-worker-{worker.slot}",
         )
         process.start()
@@ -234,7 +238,10 @@ class _Supervisor:
         assert worker.process is not None
         self._read_reports(worker)
         worker.process.join()
-        self.loads[worker.slot] = ABSENT  # its connections went with it; the others take new ones
+        self.sharing.loads[worker.slot] = ABSENT  # its connections went with it; the others take new ones
+        moved = self.sharing.rehome(worker.slot)
+        if moved:
+            logger.warning("worker %d exited with %d connections handed to it: handed on", worker.slot, moved)
         code = worker.process.exitcode or 0
         pid = worker.process.pid or 0
         worker.process.close()
@@ -294,54 +301,205 @@ class _Supervisor:
             self._wait(wake, 0.5)
 
 
+class Sharing:
+    """What the workers share to spread connections among them (``SharedListener``), made by the parent.
+
+    - ``loads``: each worker's open connections, ABSENT while it is not there or not listening;
+    - ``handed`` and ``taken`` (N×N): at ``[i * N + j]``, the connections worker ``i`` handed to worker ``j``
+      (only ``i`` writes it) and how many of those ``j`` has taken (only ``j`` writes it): the difference is on
+      its way to ``j``, and counts as ``j``'s;
+    - ``inboxes``: a datagram socket pair a worker: its own end, where the connections handed to it arrive
+      (their file descriptors, ``SCM_RIGHTS``, one a datagram with the hander's slot), and the end the others
+      send them through.
+
+    The parent keeps every socket: what was handed to a worker that exited is handed on by the parent
+    (``rehome``), which writes the exited worker's counters in its place until it is restarted. Each counter
+    has one writer, so none needs a lock; a read between two writes may be one off, which at worst hands one
+    connection to a worker that has one more than it looked to have."""
+
+    def __init__(self, context: Any, workers: int) -> None:
+        self.workers = workers
+        self.loads = context.RawArray("q", [ABSENT] * workers)
+        self.handed = context.RawArray("q", workers * workers)
+        self.taken = context.RawArray("q", workers * workers)
+        self.inboxes = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(workers)]
+
+    def counts(self) -> tuple[list[int], list[int], list[int]]:
+        """Each worker's open connections (ABSENT: not listening), those on their way to it, and how many
+        connections it has taken from its inbox so far."""
+        n = self.workers
+        handed, taken = self.handed[:], self.taken[:]
+        into = [sum(handed[i * n + j] for i in range(n)) for j in range(n)]
+        took = [sum(taken[i * n + j] for i in range(n)) for j in range(n)]
+        return self.loads[:], [a - b for a, b in zip(into, took, strict=True)], took
+
+    def fewest(
+        self, slot: int | None, open_here: int = 0, *, counts: Any = None, skip: Collection[int] = ()
+    ) -> int | None:
+        """Who is to keep a new connection: the listening worker (not in ``skip``) with the fewest connections,
+        open and on their way to it; ``slot`` (the worker asking, with ``open_here`` open) among equals. None
+        when no worker listens."""
+        loads, waiting, _ = counts or self.counts()
+        best, fewest = None, None
+        if slot is not None:
+            best, fewest = slot, open_here + waiting[slot]
+        for j, load in enumerate(loads):
+            if j != slot and load != ABSENT and j not in skip and (fewest is None or load + waiting[j] < fewest):
+                best, fewest = j, load + waiting[j]
+        return best
+
+    def hand(self, sender: int, target: int, fd: int) -> bool:
+        """Hand connection ``fd`` to worker ``target`` (and close it here); False when its inbox is full."""
+        try:
+            self.inboxes[target][1].sendmsg([bytes((sender,))], _rights(fd), socket.MSG_DONTWAIT)
+        except OSError:
+            return False
+        self.handed[sender * self.workers + target] += 1
+        os.close(fd)
+        return True
+
+    def take(self, slot: int) -> Iterator[tuple[int, int]]:
+        """The connections waiting in worker ``slot``'s inbox, each counted as taken: (who handed it, its fd)."""
+        inbox = self.inboxes[slot][0]
+        while True:
+            try:
+                senders, ancillary, _, _ = inbox.recvmsg(1, _RIGHTS_SPACE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            for sender, fd in zip(senders, _fds(ancillary), strict=False):
+                self.taken[sender * self.workers + slot] += 1
+                yield sender, fd
+
+    def rehome(self, slot: int) -> int:
+        """Hand what waits in the inbox of worker ``slot`` (which exited) to the others, or close it when none
+        listens; how many connections there were."""
+        moved = 0
+        for _, fd in self.take(slot):
+            moved += 1
+            target = self.fewest(None)
+            if target is None or not self.hand(slot, target, fd):
+                os.close(fd)
+        return moved
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            for end in inbox:
+                end.close()
+
+
+# Python 3.11's socket.send_fds and recv_fds drop their flags argument (MSG_DONTWAIT): a worker must not block
+# on its own inbox, nor on another's that is full, so Sharing goes through sendmsg and recvmsg itself.
+_RIGHTS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
+
+
+def _rights(fd: int) -> list[tuple[int, int, bytes]]:
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+
+
+def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)
+
+
 class SharedListener(socket.socket):
-    """The parent's listening socket as one worker accepts on it: only while no other worker has fewer open.
+    """The parent's listening socket as one worker accepts on it, each connection kept by the worker with the
+    fewest open.
 
     Every worker wakes when a connection waits, and whichever gets there first takes it: asyncio accepts as
     many as wait each time it is woken (uvicorn's backlog, 2048). Of 64 requests sent at once, one worker took
     40 to all 64 (``ss``; one accept a turn alone did no better), and a burst lasted as long as that worker took
-    for its share. So each worker counts its open connections in ``loads`` (shared with the parent and the
-    other workers; ABSENT for one not there or not listening yet), and leaves a waiting connection to a worker
-    with fewer (``accept`` says none waits: asyncio stops accepting for this turn), for at most ``DEFER``
-    seconds while no worker accepts: one that is busy, or stuck, does not keep it waiting longer. A worker
-    left with more connections spins on the ready socket meanwhile (the event loop calls ``accept`` again at
-    once): microseconds where the other is free to take it, ``DEFER`` at worst."""
+    for its share. So the worker that accepts a connection keeps it only while no other has fewer (open, and on
+    their way to it), and otherwise hands it to the one with the fewest through that worker's inbox
+    (``Sharing``): every connection of a burst is accepted as soon as one worker runs, and each worker starts
+    its share together, as one process starts a burst.
 
-    def __init__(self, loads: Any, slot: int, *, fileno: int) -> None:
+    Before, a worker left a waiting connection in the backlog, for up to 10 ms, to one with fewer, and spun on
+    the ready socket meanwhile: with the other worker busy or descheduled, a burst came in one or two connections
+    at a time, its first streams ran alone to their end while the rest waited, and the workers made 5-17 % fewer
+    tokens per CPU second than one process (``bench/workers_bench.py``)."""
+
+    def __init__(self, sharing: Sharing, slot: int, *, fileno: int) -> None:
         super().__init__(fileno=fileno)
-        self.loads, self.slot = loads, slot
-        self.open = 0  # connections accepted and not closed
+        self.sharing, self.slot = sharing, slot
+        self.open = 0  # connections kept (accepted here or taken from the inbox) and not closed
         self._shown = False
-        # Since when it has left connections to others, and how many all had accepted then.
-        self._deferring: tuple[int, float] | None = None
+        self._serving: set[asyncio.Task[Any]] = set()
+        # Each other worker's count of connections taken, and since when it has been seen so with some waiting.
+        self._progress: dict[int, tuple[int, float]] = {}
 
     def show(self) -> None:
-        """Show this worker's count to the others from now on: it listens. Before, they would leave
-        connections to a worker still starting (its engine check may take seconds)."""
+        """Show this worker's count to the others from now on: it listens. Before, they would hand connections
+        to a worker still starting (its engine check may take seconds)."""
         self._shown = True
-        self.loads[self.slot] = self.open
+        self.sharing.loads[self.slot] = self.open
+
+    def hide(self) -> None:
+        """No more connections for this worker (it is shutting down): the others keep theirs."""
+        self._shown = False
+        self.sharing.loads[self.slot] = ABSENT
 
     def count(self, change: int) -> None:
         self.open += change
         if self._shown:
-            self.loads[self.slot] = self.open  # only this process writes its slot while it is there
+            self.sharing.loads[self.slot] = self.open  # only this process writes its slot while it is there
 
     def accept(self) -> tuple[socket.socket, Any]:
-        loads = self.loads[:]  # the workers' counts, and last how many all have accepted
-        mine = self.open
-        if any(0 <= load < mine for load in loads[:-1]):
-            now = time.monotonic()
-            # A new wait once some worker accepted meanwhile (the one it waited for may be gone). Not when
-            # one closed: closes go on while a stuck worker takes nothing, and would hold the wait open.
-            if self._deferring is None or self._deferring[0] != loads[-1]:
-                self._deferring = (loads[-1], now)
-            if now - self._deferring[1] < DEFER:
-                raise BlockingIOError  # as when nothing waits: asyncio asks again next turn
-        self._deferring = None
-        fd, address = self._accept()  # type: ignore[attr-defined]
-        self.count(1)
-        self.loads[-1] += 1  # all workers write it: a lost count only makes a wait look the same as the last
-        return _CountedConnection(self, fd), address
+        while True:
+            fd, address = self._accept()  # type: ignore[attr-defined]  # BlockingIOError: none waits
+            counts = self.sharing.counts()
+            target = self.sharing.fewest(self.slot, self.open, counts=counts, skip=self._stuck(counts))
+            if target is None or target == self.slot or not self.sharing.hand(self.slot, target, fd):
+                self.count(1)
+                return _CountedConnection(self, fd), address
+
+    def _stuck(self, counts: tuple[list[int], list[int], list[int]]) -> set[int]:
+        """The workers that have had connections waiting in their inbox and taken none for ``STUCK_AFTER``
+        seconds: a worker takes its inbox every loop turn, so one that does not is stuck (or stopped), and
+        new connections go to the others until it takes again. What waits for it stays: it is served once the
+        worker goes on, or handed on by the parent if it exits."""
+        _, waiting, took = counts
+        now, stuck = time.monotonic(), set()
+        for j in range(self.sharing.workers):
+            seen = self._progress.get(j)
+            if j == self.slot or waiting[j] <= 0 or seen is None or seen[0] != took[j]:
+                self._progress[j] = (took[j], now)
+            elif now - seen[1] >= STUCK_AFTER:
+                stuck.add(j)
+        return stuck
+
+    def take_handed(
+        self, loop: asyncio.AbstractEventLoop, protocol_factory: Callable[[], asyncio.Protocol]
+    ) -> Callable[[], None]:
+        """Serve the connections other workers hand to this one, as asyncio serves those it accepts, from now on;
+        returns what stops it (and hides this worker from the others)."""
+        inbox = self.sharing.inboxes[self.slot][0].fileno()
+
+        def take() -> None:
+            for _, fd in self.sharing.take(self.slot):
+                connection = _CountedConnection(self, fd)
+                self.count(1)
+                task = loop.create_task(_serve(loop, protocol_factory, connection))
+                self._serving.add(task)
+                task.add_done_callback(self._serving.discard)
+
+        def stop() -> None:
+            loop.remove_reader(inbox)
+            self.hide()
+
+        loop.add_reader(inbox, take)
+        return stop
+
+
+async def _serve(
+    loop: asyncio.AbstractEventLoop, protocol_factory: Callable[[], asyncio.Protocol], connection: socket.socket
+) -> None:
+    try:
+        await loop.connect_accepted_socket(protocol_factory, connection)
+    except OSError:  # the client went away before it was served
+        connection.close()
 
 
 class _CountedConnection(socket.socket):
@@ -358,7 +516,7 @@ class _CountedConnection(socket.socket):
         super().close()
 
 
-def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: Any, slot: int) -> None:
+def worker_main(config: Config, sock: socket.socket, parent: Connection, sharing: Sharing, slot: int) -> None:
     """A worker process: serve ``config`` on ``sock``; report ``ready`` (or why it cannot start) to the parent."""
     os.setpgrp()  # its own process group: a terminal's Ctrl-C goes to the parent, which forwards it once
     from .app import web_search_from_config
@@ -369,7 +527,7 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: 
     engines = build_engines(config)  # the parent checked the configuration
     web_search = web_search_from_config(config)
 
-    listener = SharedListener(loads, slot, fileno=sock.detach())
+    listener = SharedListener(sharing, slot, fileno=sock.detach())
 
     def on_listening(host: str, port: int) -> None:
         listener.show()
@@ -382,6 +540,7 @@ def worker_main(config: Config, sock: socket.socket, parent: Connection, loads: 
         web_search,
         on_listening=on_listening,
         sockets=[listener],
+        take_handed=listener.take_handed,
         supervisor=parent,
     )
     if error is not None:
