@@ -309,8 +309,8 @@ class Sharing:
       (only ``i`` writes it) and how many of those ``j`` has taken (only ``j`` writes it): the difference is on
       its way to ``j``, and counts as ``j``'s;
     - ``inboxes``: a datagram socket pair a worker: its own end, where the connections handed to it arrive
-      (their file descriptors, ``SCM_RIGHTS``, one a datagram with the hander's slot), and the end the others
-      send them through.
+      (their file descriptors, ``SCM_RIGHTS``, one a datagram with the slot of the worker that handed it), and
+      the end the others send them through.
 
     The parent keeps every socket: what was handed to a worker that exited is handed on by the parent
     (``rehome``), which writes the exited worker's counters in its place until it is restarted. Each counter
@@ -351,7 +351,7 @@ class Sharing:
     def hand(self, sender: int, target: int, fd: int) -> bool:
         """Hand connection ``fd`` to worker ``target`` (and close it here); False when its inbox is full."""
         try:
-            self.inboxes[target][1].sendmsg([bytes((sender,))], _rights(fd), socket.MSG_DONTWAIT)
+            self.inboxes[target][1].sendmsg([sender.to_bytes(4, "little")], _rights(fd), socket.MSG_DONTWAIT)
         except OSError:
             return False
         self.handed[sender * self.workers + target] += 1
@@ -363,10 +363,11 @@ class Sharing:
         inbox = self.inboxes[slot][0]
         while True:
             try:
-                senders, ancillary, _, _ = inbox.recvmsg(1, _RIGHTS_SPACE, socket.MSG_DONTWAIT)
+                data, ancillary, _, _ = inbox.recvmsg(4, _RIGHTS_SPACE, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
-            for sender, fd in zip(senders, _fds(ancillary), strict=False):
+            sender = int.from_bytes(data, "little")
+            for fd in _fds(ancillary):  # one
                 self.taken[sender * self.workers + slot] += 1
                 yield sender, fd
 
