@@ -115,11 +115,18 @@ def main() -> None:
         readers = {"1 process": [], "2 workers": ["--workers", "2"]}
         ports = {name: free_port() for name in readers}
         for name, extra in readers.items():
-            procs[name] = spawn(ours(ports[name], [*engines, *extra]), stdout=subprocess.DEVNULL)
+            procs[name] = spawn(ours(ports[name], [*engines, *extra]), stdout=subprocess.PIPE)
         try:
             for name, proc in procs.items():
                 port = fake if name == "fake" else ports[name]
                 wait_healthy(f"http://127.0.0.1:{port}", proc)
+            # One worker answers /health while the other may still be starting (its code interpreter check runs
+            # sandboxes: seconds of a small quota), which took the first bursts' CPU: wait for the banner, printed
+            # once every worker listens.
+            assert procs["2 workers"].stdout is not None
+            for line in procs["2 workers"].stdout:
+                if line.startswith(b"  workers:"):
+                    break
             held_pids = {"1 process": [procs["1 process"].pid], "2 workers": workers_of(procs["2 workers"].pid)}
             if len(held_pids["2 workers"]) != 2:
                 sys.exit(f"expected two workers, found {held_pids['2 workers']}")
