@@ -5,8 +5,9 @@ builds it from a ``Config`` (``create_app``) and runs it on its own ``_Server`` 
 protocols. Here each worker is a ``multiprocessing`` *spawn* child (a fresh interpreter: no event loop,
 thread or open store inherited) handed the parent's listening socket and the ``Config`` through a pipe (not
 the command line: the configuration may hold API keys); it builds its own engine, store connection and app,
-and runs ``cli.run_server`` on the socket. Each new connection goes to a worker with the fewest open
-(``SharedListener``).
+and runs ``cli.run_server`` on the socket. Each new connection goes to a worker with the fewest open: the
+worker that accepts it hands it to another through that one's inbox when it has more (``SharedListener``,
+``Sharing``).
 
 What the workers share is the store: each registers as a process there, so a background response produced
 by one is retrieved, resumed (its event log), cancelled (a flag its producer polls) and deleted through any
@@ -22,7 +23,8 @@ The parent:
   Ctrl-C reaches the parent only and is not delivered twice) and waits for each: the shutdown grace applies
   in each; a worker still starting gets SIGTERM for a SIGINT (it has nothing to finish, and a KeyboardInterrupt
   in its imports would print a traceback);
-- restarts a worker that exits unexpectedly, after a backoff that grows while it keeps failing;
+- restarts a worker that exits unexpectedly, after a backoff that grows while it keeps failing, and hands the
+  connections that waited in its inbox to the others (``Sharing.rehome``);
 - with N > 1, points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder (unless set) so that metrics add up
   across workers.
 
