@@ -425,7 +425,7 @@ def test_a_worker_hands_a_connection_to_one_with_fewer() -> None:
         with pytest.raises(BlockingIOError):
             first.accept()
         sharing.loads[1] = ABSENT  # as the parent marks a worker that exited
-        assert sharing.rehome(1) == 1
+        assert sharing.rehome(1) == (1, 0)
         assert sharing.counts()[1] == [1, 0, 0]
         asyncio.run(serve_handed(first, b"first", orphan))
         # With none listening, what waited is closed: the client is not left waiting.
@@ -434,7 +434,7 @@ def test_a_worker_hands_a_connection_to_one_with_fewer() -> None:
         with pytest.raises(BlockingIOError):
             first.accept()
         sharing.loads[1] = ABSENT
-        assert sharing.rehome(1) == 1
+        assert sharing.rehome(1) == (0, 1)
         doomed.settimeout(30)
         assert doomed.recv(16) == b""
         # A full inbox: the worker that accepted keeps the connection.

@@ -241,9 +241,14 @@ class _Supervisor:
         self._read_reports(worker)
         worker.process.join()
         self.sharing.loads[worker.slot] = ABSENT  # its connections went with it; the others take new ones
-        moved = self.sharing.rehome(worker.slot)
-        if moved:
-            logger.warning("worker %d exited with %d connections handed to it: handed on", worker.slot, moved)
+        handed, closed = self.sharing.rehome(worker.slot)
+        if handed or closed:
+            logger.warning(
+                "worker %d exited with connections handed to it: %d handed on, %d closed (no worker listening)",
+                worker.slot,
+                handed,
+                closed,
+            )
         code = worker.process.exitcode or 0
         pid = worker.process.pid or 0
         worker.process.close()
@@ -303,6 +308,10 @@ class _Supervisor:
             self._wait(wake, 0.5)
 
 
+# Sharing.counts: each worker's open connections, those on their way to it, and those it has taken.
+Counts = tuple[list[int], list[int], list[int]]
+
+
 class Sharing:
     """What the workers share to spread connections among them (``SharedListener``), made by the parent.
 
@@ -326,7 +335,7 @@ class Sharing:
         self.taken = context.RawArray("q", workers * workers)
         self.inboxes = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(workers)]
 
-    def counts(self) -> tuple[list[int], list[int], list[int]]:
+    def counts(self) -> Counts:
         """Each worker's open connections (ABSENT: not listening), those on their way to it, and how many
         connections it has taken from its inbox so far."""
         n = self.workers
@@ -336,7 +345,7 @@ class Sharing:
         return self.loads[:], [a - b for a, b in zip(into, took, strict=True)], took
 
     def fewest(
-        self, slot: int | None, open_here: int = 0, *, counts: Any = None, skip: Collection[int] = ()
+        self, slot: int | None, open_here: int = 0, *, counts: Counts | None = None, skip: Collection[int] = ()
     ) -> int | None:
         """Who is to keep a new connection: the listening worker (not in ``skip``) with the fewest connections,
         open and on their way to it; ``slot`` (the worker asking, with ``open_here`` open) among equals. None
@@ -373,16 +382,18 @@ class Sharing:
                 self.taken[sender * self.workers + slot] += 1
                 yield sender, fd
 
-    def rehome(self, slot: int) -> int:
+    def rehome(self, slot: int) -> tuple[int, int]:
         """Hand what waits in the inbox of worker ``slot`` (which exited) to the others, or close it when none
-        listens; how many connections there were."""
-        moved = 0
+        listens (or all their inboxes are full); how many connections were handed on, and how many closed."""
+        handed = closed = 0
         for _, fd in self.take(slot):
-            moved += 1
             target = self.fewest(None)
-            if target is None or not self.hand(slot, target, fd):
+            if target is not None and self.hand(slot, target, fd):
+                handed += 1
+            else:
                 os.close(fd)
-        return moved
+                closed += 1
+        return handed, closed
 
     def close(self) -> None:
         for inbox in self.inboxes:
@@ -458,7 +469,7 @@ class SharedListener(socket.socket):
                 self.count(1)
                 return _CountedConnection(self, fd), address
 
-    def _stuck(self, counts: tuple[list[int], list[int], list[int]]) -> set[int]:
+    def _stuck(self, counts: Counts) -> set[int]:
         """The workers that have had connections waiting in their inbox and taken none for ``STUCK_AFTER``
         seconds: a worker takes its inbox every loop turn, so one that does not is stuck (or stopped), and
         new connections go to the others until it takes again. What waits for it stays: it is served once the
