@@ -259,33 +259,30 @@ def main() -> None:
                             runs[name] += arrivals
                             spent[name].append(tree_cpu(procs[name].pid) - cpu)
                     for name in readers:
-                        tokens = sum(map(len, runs[name]))
                         # Each burst's wall time is its slowest stream's last token (all are sent at once).
                         bursts = [runs[name][i : i + streams] for i in range(0, len(runs[name]), streams)]
-                        walls = [max((r[-1] for r in b if r), default=0.0) for b in bursts]
-                        wall, used = sum(walls), sum(spent[name])
-                        first = [r[0] for r in runs[name] if r]
-                        missing = len(runs[name]) - len(first)
-                        if not first:
+                        cell = Bursts(
+                            [[r[0] for r in b if r] for b in bursts],
+                            [sum(map(len, b)) for b in bursts],
+                            [max((r[-1] for r in b if r), default=0.0) for b in bursts],
+                            spent[name],
+                        )
+                        missing = len(runs[name]) - sum(map(len, cell.firsts))
+                        if missing == len(runs[name]):
                             print(f"  {streams:>7}  {name:<18} no stream got a text token ({missing} streams)")
                             continue
-                        p50, p99 = pct(first, 0.5), pct(first, 0.99)
+                        p50, p99 = cell.first(0.5), cell.first(0.99)
                         began = [b for b in starts[name] if b is not None]
                         b50, b99 = (pct(began, 0.5), pct(began, 0.99)) if began else (math.nan, math.nan)
                         if name == "bare proxy":
                             floor, floor99, began_floor = p50, p99, b50
-                        cells.setdefault((run_name, streams), {})[name] = Bursts(
-                            [[r[0] for r in b if r] for b in bursts],
-                            [sum(map(len, b)) for b in bursts],
-                            walls,
-                            spent[name],
-                        )
+                        cells.setdefault((run_name, streams), {})[name] = cell
                         # n/a: the floor itself failed
                         ratio = f"{p50 / floor:.2f}" if floor else "n/a"
                         ratio99 = f"{p99 / floor99:.2f}" if floor99 else "n/a"
                         began_ratio = f"{b50 / began_floor:.2f}" if began_floor else "n/a"
                         print(
-                            f"  {streams:>7}  {name:<18} {tokens / wall:>9,.0f} {used / tokens * 1e6:>12.1f} "
+                            f"  {streams:>7}  {name:<18} {cell.rate():>9,.0f} {cell.cpu_per_token() * 1e6:>12.1f} "
                             f"{p50:>12.1f} {p99:>8.1f} {ratio:>10} {ratio99:>10} "
                             f"{b50:>11.1f} {b99:>8.1f} {began_ratio:>14} {missing:>8}"
                         )
