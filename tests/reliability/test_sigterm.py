@@ -66,8 +66,11 @@ def test_sigterm_gives_a_websocket_response_the_same_grace(tmp_path: Path) -> No
     args = ["--store", f"sqlite:{tmp_path / 'store.sqlite3'}", "--engine", f"replay:{script}", "--model", MODEL]
     received: list[dict[str, Any]] = []
     closed: list[int | None] = []
-    with server_process([*args, "--shutdown-grace", "10"]) as server:
-        socket = connect(server.root.replace("http://", "ws://") + "/v1/responses")
+    # websockets 17.1 warns on a connection not used as a context manager (the warning is an error here).
+    with (
+        server_process([*args, "--shutdown-grace", "10"]) as server,
+        connect(server.root.replace("http://", "ws://") + "/v1/responses") as socket,
+    ):
 
         def read() -> None:
             try:
