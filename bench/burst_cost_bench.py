@@ -1,0 +1,111 @@
+"""Burst cost (issue 30 goal 3): a request's CPU and a token's, taken apart, ours against the bare proxy.
+
+Run: ``python bench/burst_cost_bench.py``. One vLLM fake (``_vllm_fake.py``) streams flat out; bursts of 64
+streaming requests at once (``COST_STREAMS``) go to the bare pass-through proxy and to our server (one process)
+in turns, the order reversed every other round, at each stream length of ``COST_TOKENS`` (100, 400, 4000 text
+tokens) for as many bursts as ``COST_BURSTS`` says (40, 60, 8), after one burst each that is not counted.
+Around each burst the CPU of the server that served it and of the fake is read from ``/proc`` (all their threads
+and children); it includes the client's one warm-up stream a burst (``_latency_client.py``), alike for both.
+
+Per length it prints tokens/s (all tokens over the sum of each burst's last token, as ``scale_bench.py`` counts),
+each server's CPU per token, the fake's CPU per token while serving each (what the rest of the machine spends), and
+ours ÷ the proxy's. Then a straight line through the shortest and longest lengths, CPU a request = a + b × tokens,
+for each server: ``a`` is what a request costs in a burst whose streams flow, ``b`` what a token costs. Scale
+benches show the ratio at 400 tokens; this shows which of the two makes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from engine_bench import INPUT, completion, direct_body, free_port, spawn, stop, wait_healthy
+from scale_bench import MODEL, burst, ours, tree_cpu
+
+HERE = Path(__file__).resolve().parent
+STREAMS = int(os.environ.get("COST_STREAMS", "64"))
+LENGTHS = [int(n) for n in os.environ.get("COST_TOKENS", "100,400,4000").split(",")]
+BURSTS = [int(n) for n in os.environ.get("COST_BURSTS", "40,60,8").split(",")]
+READERS = ("bare proxy", "ours")
+
+
+def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[float, float, float, int]]:
+    """Per reader: (wall seconds, server CPU seconds, fake CPU seconds, text tokens) summed over its bursts."""
+    (work / "tokens.json").write_text(json.dumps(completion(tokens)))
+    fake, proxy, server = free_port(), free_port(), free_port()
+    engine = f"http://127.0.0.1:{fake}"
+    fake_argv = [sys.executable, str(HERE / "_vllm_fake.py"), str(fake), str(work / "tokens.json"), "0", "0"]
+    procs = {"fake": spawn(fake_argv)}
+    procs["bare proxy"] = spawn([sys.executable, str(HERE / "_bare_proxy.py"), str(proxy), engine])
+    procs["ours"] = spawn(ours(server, ["--engine", f"vllm:{engine}"]), stdout=subprocess.DEVNULL)
+    targets = {
+        "bare proxy": ("direct", f"http://127.0.0.1:{proxy}/v1/completions", work / "direct.json"),
+        "ours": ("ours", f"http://127.0.0.1:{server}/v1/responses", work / "ours.json"),
+    }
+    sums = {name: [0.0, 0.0, 0.0, 0] for name in READERS}
+    try:
+        for name, port in (("fake", fake), ("bare proxy", proxy), ("ours", server)):
+            wait_healthy(f"http://127.0.0.1:{port}", procs[name])
+        # A burst each first, not counted: a fresh server's first burst pays for what it does once (caches).
+        for number in range(-1, bursts):
+            for name in READERS[:: 1 if number % 2 else -1]:
+                mode, url, body = targets[name]
+                cpu, fake_cpu = tree_cpu(procs[name].pid), tree_cpu(procs["fake"].pid)
+                _, arrivals = burst(mode, url, STREAMS, body)
+                if number < 0:
+                    continue
+                total = sums[name]
+                total[1] += tree_cpu(procs[name].pid) - cpu
+                total[2] += tree_cpu(procs["fake"].pid) - fake_cpu
+                total[0] += max((a[-1] for a in arrivals if a), default=0.0)
+                total[3] += sum(map(len, arrivals))
+    finally:
+        stop(procs)
+    return {name: (s[0], s[1], s[2], int(s[3])) for name, s in sums.items()}
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    per_token: dict[str, dict[int, float]] = {name: {} for name in READERS}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "direct.json").write_text(json.dumps(direct_body()))
+        (work / "ours.json").write_text(json.dumps({"model": MODEL, "input": INPUT, "stream": True, "store": False}))
+        print(f"bursts of {STREAMS} streams, flat out; CPU in µs per text token")
+        print(f"  {'tokens':>6} {'bursts':>6}  {'reading':<10} {'tokens/s':>9} {'server CPU':>10} {'fake CPU':>8}")
+        for tokens, bursts in zip(LENGTHS, BURSTS, strict=True):
+            sums = measure(work, tokens, bursts)
+            for name in READERS:
+                wall, cpu, fake_cpu, count = sums[name]
+                if not count:
+                    print(f"  {tokens:>6} {bursts:>6}  {name:<10} no text token")
+                    continue
+                per_token[name][tokens] = cpu / count
+                print(
+                    f"  {tokens:>6} {bursts:>6}  {name:<10} {count / wall:>9,.0f} {cpu / count * 1e6:>10.2f} "
+                    f"{fake_cpu / count * 1e6:>8.2f}"
+                )
+            ours_, bare = sums["ours"], sums["bare proxy"]
+            if ours_[3] and bare[3]:
+                rate = (ours_[3] / ours_[0]) / (bare[3] / bare[0])
+                cpu_ratio = (ours_[1] / ours_[3]) / (bare[1] / bare[3])
+                print(f"  {'':>6} {'':>6}  ours ÷ proxy: tokens/s {rate:.3f}, server CPU per token {cpu_ratio:.3f}")
+    short, long = min(LENGTHS), max(LENGTHS)
+    if short == long:
+        return
+    print(f"\nCPU a request = a + b × tokens, through {short} and {long} tokens a stream:")
+    for name in READERS:
+        if short not in per_token[name] or long not in per_token[name]:
+            continue
+        at_short, at_long = per_token[name][short] * short, per_token[name][long] * long
+        b = (at_long - at_short) / (long - short)
+        a = at_short - b * short
+        print(f"  {name:<10} a = {a * 1e6:,.0f} µs a request, b = {b * 1e6:.2f} µs a token")
+
+
+if __name__ == "__main__":
+    main()
