@@ -23,18 +23,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine_bench import INPUT, completion, direct_body, free_port, spawn, stop, wait_healthy
-from scale_bench import MODEL, burst, ours, tree_cpu
+from engine_bench import HERE, INPUT, completion, direct_body, free_port, spawn, stop, wait_healthy
+from scale_bench import MODEL, Bursts, burst, ours, tree_cpu
 
-HERE = Path(__file__).resolve().parent
 STREAMS = int(os.environ.get("COST_STREAMS", "64"))
 LENGTHS = [int(n) for n in os.environ.get("COST_TOKENS", "100,400,4000").split(",")]
 BURSTS = [int(n) for n in os.environ.get("COST_BURSTS", "40,60,8").split(",")]
 READERS = ("bare proxy", "ours")
 
 
-def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[float, float, float, int]]:
-    """Per reader: (wall seconds, server CPU seconds, fake CPU seconds, text tokens) summed over its bursts."""
+def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[Bursts, list[float]]]:
+    """Per reader: its bursts (``scale_bench.Bursts``) and the fake's CPU seconds in each of them."""
     (work / "tokens.json").write_text(json.dumps(completion(tokens)))
     fake, proxy, server = free_port(), free_port(), free_port()
     engine = f"http://127.0.0.1:{fake}"
@@ -46,7 +45,7 @@ def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[float, floa
         "bare proxy": ("direct", f"http://127.0.0.1:{proxy}/v1/completions", work / "direct.json"),
         "ours": ("ours", f"http://127.0.0.1:{server}/v1/responses", work / "ours.json"),
     }
-    sums = {name: [0.0, 0.0, 0.0, 0] for name in READERS}
+    cells: dict[str, tuple[Bursts, list[float]]] = {name: (Bursts(), []) for name in READERS}
     try:
         for name, port in (("fake", fake), ("bare proxy", proxy), ("ours", server)):
             wait_healthy(f"http://127.0.0.1:{port}", procs[name])
@@ -58,14 +57,15 @@ def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[float, floa
                 _, arrivals = burst(mode, url, STREAMS, body)
                 if number < 0:
                     continue
-                total = sums[name]
-                total[1] += tree_cpu(procs[name].pid) - cpu
-                total[2] += tree_cpu(procs["fake"].pid) - fake_cpu
-                total[0] += max((a[-1] for a in arrivals if a), default=0.0)
-                total[3] += sum(map(len, arrivals))
+                cell, fake_spent = cells[name]
+                cell.cpu.append(tree_cpu(procs[name].pid) - cpu)
+                fake_spent.append(tree_cpu(procs["fake"].pid) - fake_cpu)
+                cell.firsts.append([a[0] for a in arrivals if a])
+                cell.tokens.append(sum(map(len, arrivals)))
+                cell.walls.append(max((a[-1] for a in arrivals if a), default=0.0))
     finally:
         stop(procs)
-    return {name: (s[0], s[1], s[2], int(s[3])) for name, s in sums.items()}
+    return cells
 
 
 def main() -> None:
@@ -78,21 +78,20 @@ def main() -> None:
         print(f"bursts of {STREAMS} streams, flat out; CPU in µs per text token")
         print(f"  {'tokens':>6} {'bursts':>6}  {'reading':<10} {'tokens/s':>9} {'server CPU':>10} {'fake CPU':>8}")
         for tokens, bursts in zip(LENGTHS, BURSTS, strict=True):
-            sums = measure(work, tokens, bursts)
+            cells = measure(work, tokens, bursts)
             for name in READERS:
-                wall, cpu, fake_cpu, count = sums[name]
-                if not count:
+                cell, fake_spent = cells[name]
+                if not sum(cell.tokens):
                     print(f"  {tokens:>6} {bursts:>6}  {name:<10} no text token")
                     continue
-                per_token[name][tokens] = cpu / count
+                per_token[name][tokens] = cell.cpu_per_token()
                 print(
-                    f"  {tokens:>6} {bursts:>6}  {name:<10} {count / wall:>9,.0f} {cpu / count * 1e6:>10.2f} "
-                    f"{fake_cpu / count * 1e6:>8.2f}"
+                    f"  {tokens:>6} {bursts:>6}  {name:<10} {cell.rate():>9,.0f} {cell.cpu_per_token() * 1e6:>10.2f} "
+                    f"{sum(fake_spent) / sum(cell.tokens) * 1e6:>8.2f}"
                 )
-            ours_, bare = sums["ours"], sums["bare proxy"]
-            if ours_[3] and bare[3]:
-                rate = (ours_[3] / ours_[0]) / (bare[3] / bare[0])
-                cpu_ratio = (ours_[1] / ours_[3]) / (bare[1] / bare[3])
+            (ours_, _), (bare, _) = cells["ours"], cells["bare proxy"]
+            if sum(ours_.tokens) and sum(bare.tokens):
+                rate, cpu_ratio = ours_.rate() / bare.rate(), ours_.cpu_per_token() / bare.cpu_per_token()
                 print(f"  {'':>6} {'':>6}  ours ÷ proxy: tokens/s {rate:.3f}, server CPU per token {cpu_ratio:.3f}")
     short, long = min(LENGTHS), max(LENGTHS)
     if short == long:
