@@ -8,10 +8,12 @@ Around each burst the CPU of the server that served it and of the fake is read f
 and children); it includes the client's one warm-up stream a burst (``_latency_client.py``), alike for both.
 
 Per length it prints tokens/s (all tokens over the sum of each burst's last token, as ``scale_bench.py`` counts),
-each server's CPU per token, the fake's CPU per token while serving each (what the rest of the machine spends), and
-ours ÷ the proxy's. Then a straight line through the shortest and longest lengths, CPU a request = a + b × tokens,
-for each server: ``a`` is what a request costs in a burst whose streams flow, ``b`` what a token costs. Scale
-benches show the ratio at 400 tokens; this shows which of the two makes it.
+each server's CPU per token, the fake's CPU per token while serving each (what the rest of the machine spends), the
+first ÷ the second (flat out at 400 tokens, each server's was 0.87-1.04× the fake's while the fake's own moved from
+11.3 to 14.2 µs between runs: docs/reference/benchmarks.md), and ours ÷ the proxy's. Then a straight line through
+the shortest and longest lengths, CPU a request = a + b × tokens, for each server: ``a`` is what a request costs in
+a burst whose streams flow, ``b`` what a token costs. Scale benches show the ratio at 400 tokens; this shows which
+of the two makes it.
 """
 
 from __future__ import annotations
@@ -76,7 +78,10 @@ def main() -> None:
         (work / "direct.json").write_text(json.dumps(direct_body()))
         (work / "ours.json").write_text(json.dumps({"model": MODEL, "input": INPUT, "stream": True, "store": False}))
         print(f"bursts of {STREAMS} streams, flat out; CPU in µs per text token")
-        print(f"  {'tokens':>6} {'bursts':>6}  {'reading':<10} {'tokens/s':>9} {'server CPU':>10} {'fake CPU':>8}")
+        print(
+            f"  {'tokens':>6} {'bursts':>6}  {'reading':<10} {'tokens/s':>9} {'server CPU':>10} {'fake CPU':>8} "
+            f"{'÷ fake':>6}"
+        )
         for tokens, bursts in zip(LENGTHS, BURSTS, strict=True):
             cells = measure(work, tokens, bursts)
             for name in READERS:
@@ -85,9 +90,11 @@ def main() -> None:
                     print(f"  {tokens:>6} {bursts:>6}  {name:<10} no text token")
                     continue
                 per_token[name][tokens] = cell.cpu_per_token()
+                fake = sum(fake_spent) / sum(cell.tokens)
+                share = f"{cell.cpu_per_token() / fake:>6.2f}" if fake else f"{'-':>6}"
                 print(
                     f"  {tokens:>6} {bursts:>6}  {name:<10} {cell.rate():>9,.0f} {cell.cpu_per_token() * 1e6:>10.2f} "
-                    f"{sum(fake_spent) / sum(cell.tokens) * 1e6:>8.2f}"
+                    f"{fake * 1e6:>8.2f} {share}"
                 )
             (ours_, _), (bare, _) = cells["ours"], cells["bare proxy"]
             if sum(ours_.tokens) and sum(bare.tokens):
