@@ -60,11 +60,8 @@ def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[Bursts, lis
                 if number < 0:
                     continue
                 cell, fake_spent = cells[name]
-                cell.cpu.append(tree_cpu(procs[name].pid) - cpu)
+                cell.add(arrivals, tree_cpu(procs[name].pid) - cpu)
                 fake_spent.append(tree_cpu(procs["fake"].pid) - fake_cpu)
-                cell.firsts.append([a[0] for a in arrivals if a])
-                cell.tokens.append(sum(map(len, arrivals)))
-                cell.walls.append(max((a[-1] for a in arrivals if a), default=0.0))
     finally:
         stop(procs)
     return cells
@@ -89,11 +86,11 @@ def main() -> None:
                 if not sum(cell.tokens):
                     print(f"  {tokens:>6} {bursts:>6}  {name:<10} no text token")
                     continue
-                per_token[name][tokens] = cell.cpu_per_token()
+                cpu = per_token[name][tokens] = cell.cpu_per_token()
                 fake = sum(fake_spent) / sum(cell.tokens)
-                share = f"{cell.cpu_per_token() / fake:>6.2f}" if fake else f"{'-':>6}"
+                share = f"{cpu / fake:>6.2f}" if fake else f"{'-':>6}"
                 print(
-                    f"  {tokens:>6} {bursts:>6}  {name:<10} {cell.rate():>9,.0f} {cell.cpu_per_token() * 1e6:>10.2f} "
+                    f"  {tokens:>6} {bursts:>6}  {name:<10} {cell.rate():>9,.0f} {cpu * 1e6:>10.2f} "
                     f"{fake * 1e6:>8.2f} {share}"
                 )
             (ours_, _), (bare, _) = cells["ours"], cells["bare proxy"]

@@ -113,6 +113,14 @@ class Bursts:
     walls: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
 
+    def add(self, arrivals: list[list[float]], cpu: float) -> None:
+        """One more burst: each stream's text tokens' arrivals (s, as ``burst`` returns them) and the reader's CPU
+        seconds over it. Its wall is its slowest stream's last token: all of a burst's streams are sent at once."""
+        self.firsts.append([a[0] for a in arrivals if a])
+        self.tokens.append(sum(map(len, arrivals)))
+        self.walls.append(max((a[-1] for a in arrivals if a), default=0.0))
+        self.cpu.append(cpu)
+
     def first(self, q: float) -> float:
         """Quantile ``q`` of the first tokens of all its bursts, ms (nan: none got a text token)."""
         firsts = [t for burst in self.firsts for t in burst]
@@ -239,9 +247,8 @@ def main() -> None:
                 )
                 for streams in STREAMS:
                     floor = floor99 = began_floor = None
-                    runs: dict[str, list[list[float]]] = {name: [] for name in readers}
+                    taken = {name: Bursts() for name in readers}
                     starts: dict[str, list[float | None]] = {name: [] for name in readers}
-                    spent: dict[str, list[float]] = {name: [] for name in readers}  # CPU seconds, burst by burst
                     # The readers take turns, one burst each, so that the machine's drift over the run (this
                     # 2-core machine's first-token figures move by ±20 % from one minute to the next) falls on
                     # all of them alike rather than on whichever ran its bursts in a slow spell; in the reverse
@@ -256,19 +263,12 @@ def main() -> None:
                             cpu = tree_cpu(procs[name].pid)
                             began, arrivals = burst(mode, url, streams, body)
                             starts[name] += began
-                            runs[name] += arrivals
-                            spent[name].append(tree_cpu(procs[name].pid) - cpu)
+                            taken[name].add(arrivals, tree_cpu(procs[name].pid) - cpu)
                     for name in readers:
-                        # Each burst's wall time is its slowest stream's last token (all are sent at once).
-                        bursts = [runs[name][i : i + streams] for i in range(0, len(runs[name]), streams)]
-                        cell = Bursts(
-                            [[r[0] for r in b if r] for b in bursts],
-                            [sum(map(len, b)) for b in bursts],
-                            [max((r[-1] for r in b if r), default=0.0) for b in bursts],
-                            spent[name],
-                        )
-                        missing = len(runs[name]) - sum(map(len, cell.firsts))
-                        if missing == len(runs[name]):
+                        cell = taken[name]
+                        sent = len(cell.walls) * streams
+                        missing = sent - sum(map(len, cell.firsts))
+                        if missing == sent:
                             print(f"  {streams:>7}  {name:<18} no stream got a text token ({missing} streams)")
                             continue
                         p50, p99 = cell.first(0.5), cell.first(0.99)
