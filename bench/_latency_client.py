@@ -8,10 +8,13 @@ per token; the first three ids are the final channel's header), MODE ``ours`` re
 ``response.output_text.delta`` event per text token). Counting byte patterns, not parsing, keeps the client's
 own cost out of the figures (see ``_sse_client.py``).
 
-With ``LATENCY_STARTS=1`` in the environment it prints ``{"starts": [...], "arrivals": [...]}`` instead:
-per stream also when the response began, to the client: for MODE ``ours`` the arrival of
+With ``LATENCY_STARTS=1`` in the environment it prints ``{"starts": [...], "arrivals": [...], "machine": ...}``
+instead: per stream also when the response began, to the client: for MODE ``ours`` the arrival of
 ``response.created``, for MODE ``direct`` that of the answer's first bytes (its status line: the engine's
-admission, the earliest any layer in front of it can say the request was taken).
+admission, the earliest any layer in front of it can say the request was taken); and ``machine``, the whole
+machine's busy and idle CPU seconds (all cores, from Linux's ``/proc/stat``; null elsewhere) from just before
+the first counted stream was sent to just after the last one ended: what every process, the servers', the
+engine's and this client's, spent in the bursts' own time, the warm-up stream and the interpreters' start left out.
 """
 
 from __future__ import annotations
@@ -61,16 +64,33 @@ async def one(
     return began, arrivals
 
 
+def machine_seconds() -> tuple[float, float] | None:
+    """The machine's busy and idle CPU seconds so far, all cores (None where ``/proc/stat`` cannot be read).
+    Busy is user, nice, system, irq and softirq time; idle is idle and iowait; time stolen by a hypervisor is
+    neither (no process here ran in it)."""
+    try:
+        with open("/proc/stat") as f:
+            user, nice, system, idle, iowait, irq, softirq = (int(v) for v in f.readline().split()[1:8])
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, (idle + iowait) / hz
+
+
 async def run(
     mode: str, url: str, streams: int, repeats: int, body: bytes, stagger: float
-) -> list[tuple[float | None, list[float]]]:
+) -> tuple[list[tuple[float | None, list[float]]], list[float] | None]:
+    """Every counted stream's (began, arrivals), and the machine's busy and idle seconds while they ran."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     await one(mode, host, port, parts.path, body)  # warm-up
     out: list[tuple[float | None, list[float]]] = []
+    before = machine_seconds()
     for _ in range(repeats):
         out += await asyncio.gather(*(one(mode, host, port, parts.path, body, i * stagger) for i in range(streams)))
-    return out
+    after = machine_seconds()
+    machine = [after[0] - before[0], after[1] - before[1]] if before and after else None
+    return out, machine
 
 
 if __name__ == "__main__":
@@ -78,8 +98,9 @@ if __name__ == "__main__":
     stagger = float(sys.argv[6]) / 1000 if len(sys.argv) > 6 else 0.0
     with open(body_file, "rb") as f:
         body = f.read()
-    results = asyncio.run(run(mode, url, streams, repeats, body, stagger))
+    results, machine = asyncio.run(run(mode, url, streams, repeats, body, stagger))
     if os.environ.get("LATENCY_STARTS") == "1":
-        print(json.dumps({"starts": [b for b, _ in results], "arrivals": [a for _, a in results]}))
+        starts, arrivals = [b for b, _ in results], [a for _, a in results]
+        print(json.dumps({"starts": starts, "arrivals": arrivals, "machine": machine}))
     else:
         print(json.dumps([a for _, a in results]))

@@ -102,7 +102,7 @@ def main() -> None:
                         else ("ours", "/v1/responses", "ours.json")
                     )
                     cpu = tree_cpu(procs[name].pid)
-                    _, got = burst(mode, f"http://127.0.0.1:{ports[name]}{path}", STREAMS, work / body)
+                    got = burst(mode, f"http://127.0.0.1:{ports[name]}{path}", STREAMS, work / body).arrivals
                     if number:
                         used[name] += tree_cpu(procs[name].pid) - cpu
                         runs[name] += got

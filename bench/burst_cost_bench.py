@@ -8,12 +8,17 @@ Around each burst the CPU of the server that served it and of the fake is read f
 and children); it includes the client's one warm-up stream a burst (``_latency_client.py``), alike for both.
 
 Per length it prints tokens/s (all tokens over the sum of each burst's last token, as ``scale_bench.py`` counts),
-each server's CPU per token, the fake's CPU per token while serving each (what the rest of the machine spends), the
-first ÷ the second (flat out at 400 tokens, each server's was 0.87-1.04× the fake's while the fake's own moved from
-11.3 to 14.2 µs between runs: docs/reference/benchmarks.md), and ours ÷ the proxy's. Then a straight line through
-the shortest and longest lengths, CPU a request = a + b × tokens, for each server: ``a`` is what a request costs in
-a burst whose streams flow, ``b`` what a token costs. Scale benches show the ratio at 400 tokens; this shows which
-of the two makes it.
+each server's CPU per token, the fake's CPU per token while serving each, the first ÷ the second (flat out at 400
+tokens, each server's was 0.87-1.04× the fake's while the fake's own moved from 11.3 to 14.2 µs between runs:
+docs/reference/benchmarks.md), the whole machine's CPU per token while the reader's streams ran (every process's
+and the kernel's: ``/proc/stat``, read by the client around its burst) and the share of the cores busy then; and
+ours ÷ the proxy's, with the machine's extra per token split into our server's, the fake's and the rest's (the
+client's, the kernel's own threads). Flat out the cores are busy alike whichever server the streams go through
+(95.7-96.1 % in the first three runs), so tokens/s ÷ the proxy's is the inverse of the machine's CPU per token ÷
+its (0.952 against 1/1.056, 0.939 against 1/1.067, 0.943 against 1/1.069), and a server's own CPU counts in it as
+its share of the machine's, about two fifths at 400 tokens. Then a straight line through the shortest and longest
+lengths, CPU a request = a + b × tokens, for each server: ``a`` is what a request costs in a burst whose streams
+flow, ``b`` what a token costs. Scale benches show the ratio at 400 tokens; this shows which of the two makes it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from engine_bench import HERE, INPUT, completion, direct_body, free_port, spawn, stop, wait_healthy
 from scale_bench import MODEL, Bursts, burst, ours, tree_cpu
@@ -34,8 +40,30 @@ BURSTS = [int(n) for n in os.environ.get("COST_BURSTS", "40,60,8").split(",")]
 READERS = ("bare proxy", "ours")
 
 
-def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[Bursts, list[float]]]:
-    """Per reader: its bursts (``scale_bench.Bursts``) and the fake's CPU seconds in each of them."""
+class Cell(NamedTuple):
+    """One reader's bursts at one length (``scale_bench.Bursts``), with the fake's CPU seconds in each and the whole
+    machine's busy and idle seconds while its streams ran (``scale_bench.Burst.machine``)."""
+
+    bursts: Bursts
+    fake: list[float]
+    machine: list[tuple[float, float]]
+
+    def machine_per_token(self) -> float | None:
+        """All the machine's CPU a text token, or None without a ``/proc/stat`` reading of every burst."""
+        if len(self.machine) < len(self.bursts.walls):
+            return None
+        return sum(busy for busy, _ in self.machine) / sum(self.bursts.tokens)
+
+    def busy(self) -> float | None:
+        """The share of the machine's cores busy while its streams ran."""
+        if len(self.machine) < len(self.bursts.walls):
+            return None
+        busy = sum(busy for busy, _ in self.machine)
+        return busy / (busy + sum(idle for _, idle in self.machine))
+
+
+def measure(work: Path, tokens: int, bursts: int) -> dict[str, Cell]:
+    """Per reader, its cell of ``bursts`` bursts of ``tokens``-token streams."""
     (work / "tokens.json").write_text(json.dumps(completion(tokens)))
     fake, proxy, server = free_port(), free_port(), free_port()
     engine = f"http://127.0.0.1:{fake}"
@@ -47,7 +75,7 @@ def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[Bursts, lis
         "bare proxy": ("direct", f"http://127.0.0.1:{proxy}/v1/completions", work / "direct.json"),
         "ours": ("ours", f"http://127.0.0.1:{server}/v1/responses", work / "ours.json"),
     }
-    cells: dict[str, tuple[Bursts, list[float]]] = {name: (Bursts(), []) for name in READERS}
+    cells = {name: Cell(Bursts(), [], []) for name in READERS}
     try:
         for name, port in (("fake", fake), ("bare proxy", proxy), ("ours", server)):
             wait_healthy(f"http://127.0.0.1:{port}", procs[name])
@@ -56,12 +84,14 @@ def measure(work: Path, tokens: int, bursts: int) -> dict[str, tuple[Bursts, lis
             for name in READERS[:: 1 if number % 2 else -1]:
                 mode, url, body = targets[name]
                 cpu, fake_cpu = tree_cpu(procs[name].pid), tree_cpu(procs["fake"].pid)
-                _, arrivals = burst(mode, url, STREAMS, body)
+                got = burst(mode, url, STREAMS, body)
                 if number < 0:
                     continue
-                cell, fake_spent = cells[name]
-                cell.add(arrivals, tree_cpu(procs[name].pid) - cpu)
-                fake_spent.append(tree_cpu(procs["fake"].pid) - fake_cpu)
+                cell = cells[name]
+                cell.bursts.add(got.arrivals, tree_cpu(procs[name].pid) - cpu)
+                cell.fake.append(tree_cpu(procs["fake"].pid) - fake_cpu)
+                if got.machine is not None:
+                    cell.machine.append(got.machine)
     finally:
         stop(procs)
     return cells
@@ -77,26 +107,40 @@ def main() -> None:
         print(f"bursts of {STREAMS} streams, flat out; CPU in µs per text token")
         print(
             f"  {'tokens':>6} {'bursts':>6}  {'reading':<10} {'tokens/s':>9} {'server CPU':>10} {'fake CPU':>8} "
-            f"{'÷ fake':>6}"
+            f"{'÷ fake':>6} {'machine CPU':>11} {'busy':>6}"
         )
         for tokens, bursts in zip(LENGTHS, BURSTS, strict=True):
             cells = measure(work, tokens, bursts)
             for name in READERS:
-                cell, fake_spent = cells[name]
-                if not sum(cell.tokens):
+                cell = cells[name]
+                if not sum(cell.bursts.tokens):
                     print(f"  {tokens:>6} {bursts:>6}  {name:<10} no text token")
                     continue
-                cpu = per_token[name][tokens] = cell.cpu_per_token()
-                fake = sum(fake_spent) / sum(cell.tokens)
+                cpu = per_token[name][tokens] = cell.bursts.cpu_per_token()
+                fake = sum(cell.fake) / sum(cell.bursts.tokens)
                 share = f"{cpu / fake:>6.2f}" if fake else f"{'-':>6}"
+                machine, busy = cell.machine_per_token(), cell.busy()
                 print(
-                    f"  {tokens:>6} {bursts:>6}  {name:<10} {cell.rate():>9,.0f} {cpu * 1e6:>10.2f} "
-                    f"{fake * 1e6:>8.2f} {share}"
+                    f"  {tokens:>6} {bursts:>6}  {name:<10} {cell.bursts.rate():>9,.0f} {cpu * 1e6:>10.2f} "
+                    f"{fake * 1e6:>8.2f} {share} "
+                    + (f"{machine * 1e6:>11.2f} {busy:>6.1%}" if machine and busy else f"{'-':>11} {'-':>6}")
                 )
-            (ours_, _), (bare, _) = cells["ours"], cells["bare proxy"]
-            if sum(ours_.tokens) and sum(bare.tokens):
-                rate, cpu_ratio = ours_.rate() / bare.rate(), ours_.cpu_per_token() / bare.cpu_per_token()
-                print(f"  {'':>6} {'':>6}  ours ÷ proxy: tokens/s {rate:.3f}, server CPU per token {cpu_ratio:.3f}")
+            ours_, bare = cells["ours"], cells["bare proxy"]
+            if sum(ours_.bursts.tokens) and sum(bare.bursts.tokens):
+                rate = ours_.bursts.rate() / bare.bursts.rate()
+                cpu_ratio = ours_.bursts.cpu_per_token() / bare.bursts.cpu_per_token()
+                line = f"ours ÷ proxy: tokens/s {rate:.3f}, server CPU per token {cpu_ratio:.3f}"
+                machine, machine_bare = ours_.machine_per_token(), bare.machine_per_token()
+                if machine and machine_bare:
+                    # µs a token more than through the proxy: the machine's, our server's, the fake's, the rest's
+                    extra = (machine - machine_bare) * 1e6
+                    server = (ours_.bursts.cpu_per_token() - bare.bursts.cpu_per_token()) * 1e6
+                    fake = (sum(ours_.fake) / sum(ours_.bursts.tokens) - sum(bare.fake) / sum(bare.bursts.tokens)) * 1e6
+                    line += (
+                        f", the machine's CPU per token {machine / machine_bare:.3f} ({extra:+.2f} µs: the server "
+                        f"{server:+.2f}, the fake {fake:+.2f}, the rest {extra - server - fake:+.2f})"
+                    )
+                print(f"  {'':>6} {'':>6}  {line}")
     short, long = min(LENGTHS), max(LENGTHS)
     if short == long:
         return

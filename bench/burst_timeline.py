@@ -143,9 +143,9 @@ def main() -> None:
             print(f"bursts of {STREAMS} streams at once, {TOKENS} text tokens each, {pace} (ms)")
             ratios = []
             for number in range(ROUNDS):
-                _, proxy = burst("direct", proxy_url, STREAMS, work / "direct.json")
+                proxy = burst("direct", proxy_url, STREAMS, work / "direct.json").arrivals
                 procs["ours"].send_signal(signal.SIGUSR1)
-                _, arrivals = burst("ours", ours_url, STREAMS, work / "ours.json")
+                arrivals = burst("ours", ours_url, STREAMS, work / "ours.json").arrivals
                 records.unlink(missing_ok=True)
                 procs["ours"].send_signal(signal.SIGUSR2)
                 while not records.exists():

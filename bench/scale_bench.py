@@ -52,6 +52,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from engine_bench import BIN, HERE, INPUT, completion, direct_body, free_port, pct, spawn, stop, wait_healthy
 
@@ -95,12 +96,22 @@ def ours(port: int, engine_args: list[str]) -> list[str]:
     return [*serve, "--log-level", "warning", "--current-date", "2025-06-01", *engine_args]
 
 
-def burst(mode: str, url: str, streams: int, body: Path) -> tuple[list[float | None], list[list[float]]]:
-    """One burst of ``streams`` requests at once: when each stream began, and its text-token arrival times."""
+class Burst(NamedTuple):
+    """One burst as its client saw it: when each stream began, each stream's text-token arrival times (s), and the
+    whole machine's busy and idle CPU seconds while its streams ran (None where the client cannot read them)."""
+
+    starts: list[float | None]
+    arrivals: list[list[float]]
+    machine: tuple[float, float] | None
+
+
+def burst(mode: str, url: str, streams: int, body: Path) -> Burst:
+    """One burst of ``streams`` requests at once (``_latency_client.py``)."""
     argv = [sys.executable, str(HERE / "_latency_client.py"), mode, url, str(streams), "1", str(body)]
     env = {**os.environ, "LATENCY_STARTS": "1"}
     out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=900, env=env).stdout)
-    return out["starts"], out["arrivals"]
+    machine = out.get("machine")
+    return Burst(out["starts"], out["arrivals"], (machine[0], machine[1]) if machine else None)
 
 
 @dataclass
@@ -261,9 +272,9 @@ def main() -> None:
                             body = work / ("direct.json" if mode == "direct" else "ours.json")
                             url = f"http://127.0.0.1:{ports[name]}{path}"
                             cpu = tree_cpu(procs[name].pid)
-                            began, arrivals = burst(mode, url, streams, body)
-                            starts[name] += began
-                            taken[name].add(arrivals, tree_cpu(procs[name].pid) - cpu)
+                            got = burst(mode, url, streams, body)
+                            starts[name] += got.starts
+                            taken[name].add(got.arrivals, tree_cpu(procs[name].pid) - cpu)
                     for name in readers:
                         cell = taken[name]
                         sent = len(cell.walls) * streams

@@ -141,9 +141,9 @@ def main() -> None:
             for number in range(BURSTS):
                 for name in list(readers)[:: 1 if number % 2 else -1]:
                     before = {pid: tree_cpu(pid) for pid in held_pids[name]}
-                    _, arrivals = burst(
+                    arrivals = burst(
                         "ours", f"http://127.0.0.1:{ports[name]}/v1/responses", STREAMS, work / "ours.json"
-                    )
+                    ).arrivals
                     for pid in held_pids[name]:
                         used[pid] = used.get(pid, 0.0) + tree_cpu(pid) - before[pid]
                     tokens[name] += sum(map(len, arrivals))
