@@ -67,7 +67,8 @@ async def one(
 def machine_seconds() -> tuple[float, float] | None:
     """The machine's busy and idle CPU seconds so far, all cores (None where ``/proc/stat`` cannot be read).
     Busy is user, nice, system, irq and softirq time; idle is idle and iowait; time stolen by a hypervisor is
-    neither (no process here ran in it)."""
+    neither (no process here ran in it). The kernel counts them in ticks (10 ms here): a burst of 64 streams of
+    400 tokens is some 80 ticks over two cores, so one burst's share is rough and many bursts' summed is not."""
     try:
         with open("/proc/stat") as f:
             user, nice, system, idle, iowait, irq, softirq = (int(v) for v in f.readline().split()[1:8])

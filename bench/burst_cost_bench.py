@@ -59,7 +59,8 @@ class Cell(NamedTuple):
         if len(self.machine) < len(self.bursts.walls):
             return None
         busy = sum(busy for busy, _ in self.machine)
-        return busy / (busy + sum(idle for _, idle in self.machine))
+        total = busy + sum(idle for _, idle in self.machine)
+        return busy / total if total else None  # bursts shorter than the kernel's tick, all of them
 
 
 def measure(work: Path, tokens: int, bursts: int) -> dict[str, Cell]:
