@@ -48,19 +48,27 @@ class Cell(NamedTuple):
     fake: list[float]
     machine: list[tuple[float, float]]
 
-    def machine_per_token(self) -> float | None:
-        """All the machine's CPU a text token, or None without a ``/proc/stat`` reading of every burst."""
+    def fake_per_token(self) -> float:
+        """The fake's CPU a text token while it served this reader."""
+        return sum(self.fake) / sum(self.bursts.tokens)
+
+    def _machine(self) -> tuple[float, float] | None:
+        """The machine's busy and idle seconds over all the bursts, None without a ``/proc/stat`` reading of each."""
         if len(self.machine) < len(self.bursts.walls):
             return None
-        return sum(busy for busy, _ in self.machine) / sum(self.bursts.tokens)
+        return sum(busy for busy, _ in self.machine), sum(idle for _, idle in self.machine)
+
+    def machine_per_token(self) -> float | None:
+        """All the machine's CPU a text token."""
+        machine = self._machine()
+        return machine[0] / sum(self.bursts.tokens) if machine else None
 
     def busy(self) -> float | None:
         """The share of the machine's cores busy while its streams ran."""
-        if len(self.machine) < len(self.bursts.walls):
-            return None
-        busy = sum(busy for busy, _ in self.machine)
-        total = busy + sum(idle for _, idle in self.machine)
-        return busy / total if total else None  # bursts shorter than the kernel's tick, all of them
+        machine = self._machine()
+        if machine is None or not sum(machine):
+            return None  # no reading, or bursts shorter than the kernel's tick, all of them
+        return machine[0] / sum(machine)
 
 
 def measure(work: Path, tokens: int, bursts: int) -> dict[str, Cell]:
@@ -118,7 +126,7 @@ def main() -> None:
                     print(f"  {tokens:>6} {bursts:>6}  {name:<10} no text token")
                     continue
                 cpu = per_token[name][tokens] = cell.bursts.cpu_per_token()
-                fake = sum(cell.fake) / sum(cell.bursts.tokens)
+                fake = cell.fake_per_token()
                 share = f"{cpu / fake:>6.2f}" if fake else f"{'-':>6}"
                 machine, busy = cell.machine_per_token(), cell.busy()
                 print(
@@ -136,7 +144,7 @@ def main() -> None:
                     # µs a token more than through the proxy: the machine's, our server's, the fake's, the rest's
                     extra = (machine - machine_bare) * 1e6
                     server = (ours_.bursts.cpu_per_token() - bare.bursts.cpu_per_token()) * 1e6
-                    fake = (sum(ours_.fake) / sum(ours_.bursts.tokens) - sum(bare.fake) / sum(bare.bursts.tokens)) * 1e6
+                    fake = (ours_.fake_per_token() - bare.fake_per_token()) * 1e6
                     line += (
                         f", the machine's CPU per token {machine / machine_bare:.3f} ({extra:+.2f} µs: the server "
                         f"{server:+.2f}, the fake {fake:+.2f}, the rest {extra - server - fake:+.2f})"
