@@ -14,11 +14,12 @@ docs/reference/benchmarks.md), the whole machine's CPU per token while the reade
 and the kernel's: ``/proc/stat``, read by the client around its burst) and the share of the cores busy then; and
 ours ÷ the proxy's, with the machine's extra per token split into our server's, the fake's and the rest's (the
 client's, the kernel's own threads). Flat out the cores are busy alike whichever server the streams go through
-(95.7-96.1 % in the first three runs), so tokens/s ÷ the proxy's is the inverse of the machine's CPU per token ÷
-its (0.952 against 1/1.056, 0.939 against 1/1.067, 0.943 against 1/1.069), and a server's own CPU counts in it as
-its share of the machine's, about two fifths at 400 tokens. Then a straight line through the shortest and longest
-lengths, CPU a request = a + b × tokens, for each server: ``a`` is what a request costs in a burst whose streams
-flow, ``b`` what a token costs. Scale benches show the ratio at 400 tokens; this shows which of the two makes it.
+(95.7-96.1 % in the first three runs), so tokens/s ÷ the proxy's is about the inverse of the machine's CPU per
+token ÷ its (0.952 against 1/1.056, 0.939 against 1/1.067, 0.943 against 1/1.069), and a server's own CPU counts
+in it as its share of the machine's, about two fifths at 400 tokens. Then a straight line through the shortest and
+longest lengths, CPU a request = a + b × tokens, for each server: ``a`` is what a request costs in a burst whose
+streams flow, ``b`` what a token costs. Scale benches show the ratio at 400 tokens; this shows which of the two makes
+it.
 """
 
 from __future__ import annotations
@@ -137,13 +138,13 @@ def main() -> None:
             ours_, bare = cells["ours"], cells["bare proxy"]
             if sum(ours_.bursts.tokens) and sum(bare.bursts.tokens):
                 rate = ours_.bursts.rate() / bare.bursts.rate()
-                cpu_ratio = ours_.bursts.cpu_per_token() / bare.bursts.cpu_per_token()
-                line = f"ours ÷ proxy: tokens/s {rate:.3f}, server CPU per token {cpu_ratio:.3f}"
+                ours_cpu, bare_cpu = per_token["ours"][tokens], per_token["bare proxy"][tokens]
+                line = f"ours ÷ proxy: tokens/s {rate:.3f}, server CPU per token {ours_cpu / bare_cpu:.3f}"
                 machine, machine_bare = ours_.machine_per_token(), bare.machine_per_token()
                 if machine and machine_bare:
                     # µs a token more than through the proxy: the machine's, our server's, the fake's, the rest's
                     extra = (machine - machine_bare) * 1e6
-                    server = (ours_.bursts.cpu_per_token() - bare.bursts.cpu_per_token()) * 1e6
+                    server = (ours_cpu - bare_cpu) * 1e6
                     fake = (ours_.fake_per_token() - bare.fake_per_token()) * 1e6
                     line += (
                         f", the machine's CPU per token {machine / machine_bare:.3f} ({extra:+.2f} µs: the server "
