@@ -81,7 +81,7 @@ def test_every_stage_passing_exits_zero(tmp_path: Path) -> None:
 def test_pytest_arguments_or_no_engines_leave_the_engine_tier_out(tmp_path: Path) -> None:
     repo = _checkout(tmp_path, pytest=0)
     run, calls = _run(repo, "-k", "something")
-    assert "python -m pytest -q -k something" in calls
+    assert "python -m pytest -q -n auto --maxprocesses 4 --dist loadfile -k something" in calls
     assert not any(call.startswith("test-engines") for call in calls)
     assert " ".join(_row(run.stdout, "real engines")[-4:]) == "skipped (pytest arguments given)"
     run, calls = _run(_checkout(tmp_path / "2", pytest=0), HARMONY_ENGINES="none")
