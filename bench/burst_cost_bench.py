@@ -43,8 +43,8 @@ from scale_bench import MODEL, Bursts, burst, ours, tree_cpu
 STREAMS = int(os.environ.get("COST_STREAMS", "64"))
 LENGTHS = [int(n) for n in os.environ.get("COST_TOKENS", "100,400,4000").split(",")]
 BURSTS = [int(n) for n in os.environ.get("COST_BURSTS", "40,60,8").split(",")]
-READERS = ("bare proxy", "floor", "ours")
 FLOOR = "floor"  # the format floor (_format_proxy.py)
+READERS = ("bare proxy", FLOOR, "ours")
 
 
 class Cell(NamedTuple):
