@@ -466,6 +466,7 @@ def test_a_stopped_worker_gets_its_share_of_a_burst_later_and_no_more(started: l
     stopped = min(worker_pids(server.process.pid))
     # A stream is `paced`: once one has this many deltas, STUCK_AFTER has passed since the burst began.
     later = int(STUCK_AFTER * 1000 / paced["delay_ms"]) + 4
+    some_began = threading.Event()  # any stream's first bytes
 
     class Stream(threading.Thread):
         def __init__(self) -> None:
@@ -482,6 +483,7 @@ def test_a_stopped_worker_gets_its_share_of_a_burst_later_and_no_more(started: l
                 for chunk in reply.iter_bytes():
                     self.body += chunk
                     self.began.set()
+                    some_began.set()
                     if self.body.count(b"event: response.output_text.delta") >= later:
                         self.later.set()
 
@@ -494,8 +496,11 @@ def test_a_stopped_worker_gets_its_share_of_a_burst_later_and_no_more(started: l
         burst = [Stream() for _ in range(8)]
         for stream in burst:
             stream.start()
-        # The other worker's share streams; the stopped worker's share waits for it (a connection each).
-        first = next(iter(s for s in burst if s.began.wait(60)))
+        # The other worker's share streams; the stopped worker's share waits for it (a connection each). Which
+        # streams are which is the workers' choice: wait for whichever begins first, not for each in turn (a
+        # minute for each waiting one before the first flowing one: two, and their clients gave up at 120 s).
+        assert some_began.wait(60)
+        first = next(s for s in burst if s.began.is_set())
         wait_for([first.later])
         waiting = [s for s in burst if not s.began.is_set()]
         flowing = [s for s in burst if s.began.is_set()]
