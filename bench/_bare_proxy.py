@@ -11,7 +11,7 @@ layer on this stack can avoid.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import uvicorn
@@ -21,17 +21,36 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 
-def main() -> None:
-    port, engine = int(sys.argv[1]), sys.argv[2].rstrip("/")
+def engine_post(engine: str) -> Callable[[bytes], Awaitable[aiohttp.ClientResponse]]:
+    """POST a body to the engine's ``/v1/completions``: one pooled session, made at the first request (in the
+    server's loop), as our adapters do."""
     session: aiohttp.ClientSession | None = None
 
-    async def completions(request: Request) -> StreamingResponse:
+    async def post(body: bytes) -> aiohttp.ClientResponse:
         nonlocal session
         if session is None:
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
-        response = await session.post(
-            engine + "/v1/completions", data=await request.body(), headers={"content-type": "application/json"}
-        )
+        return await session.post(engine + "/v1/completions", data=body, headers={"content-type": "application/json"})
+
+    return post
+
+
+def serve(port: int, path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
+    """Serve ``POST path`` and ``/health`` on 127.0.0.1:``port`` (uvicorn, with httptools as our server)."""
+
+    async def health(request: Request) -> Response:
+        return Response(b"ok")
+
+    app = Starlette(routes=[Route(path, endpoint, methods=["POST"]), Route("/health", health)])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def main() -> None:
+    port, engine = int(sys.argv[1]), sys.argv[2].rstrip("/")
+    post = engine_post(engine)
+
+    async def completions(request: Request) -> StreamingResponse:
+        response = await post(await request.body())
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -42,11 +61,7 @@ def main() -> None:
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 
-    async def health(request: Request) -> Response:
-        return Response(b"ok")
-
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]), Route("/health", health)])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    serve(port, "/v1/completions", completions)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,10 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator
 
-import aiohttp
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import StreamingResponse
+
+from _bare_proxy import engine_post, serve
 
 HEADER_TOKENS = 3  # <|channel|> final <|message|>: no frame of their own
 MARKER = b'"token_ids":['
@@ -47,16 +45,11 @@ def main() -> None:
         engine_body = f.read()
     with open(sys.argv[4], "rb") as f:
         head, by_token = per_token_frames(f.read())
-    session: aiohttp.ClientSession | None = None
+    post = engine_post(engine)
 
     async def responses(request: Request) -> StreamingResponse:
-        nonlocal session
-        if session is None:
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
         await request.body()
-        response = await session.post(
-            engine + "/v1/completions", data=engine_body, headers={"content-type": "application/json"}
-        )
+        response = await post(engine_body)
 
         async def relay() -> AsyncIterator[bytes]:
             yield head
@@ -76,11 +69,7 @@ def main() -> None:
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 
-    async def health(request: Request) -> Response:
-        return Response(b"ok")
-
-    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"]), Route("/health", health)])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    serve(port, "/v1/responses", responses)
 
 
 if __name__ == "__main__":
